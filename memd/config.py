@@ -1,0 +1,374 @@
+"""memd's configuration: one frozen dataclass, read from TOML and ``MEMD_*`` variables.
+
+Precedence is explicit argument > environment > file > default. Every key and every bad value is
+named in the error, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from memd_client.errors import ConfigError
+from memd_client.paths import Dirs, user_dirs
+
+__all__ = [
+    "Config",
+    "EmbeddingConfig",
+    "GetConfig",
+    "IndexConfig",
+    "SearchConfig",
+    "WatchConfig",
+    "WorkspaceConfig",
+]
+
+SearchMode = Literal["hybrid", "keyword", "vector"]
+ProviderName = Literal[
+    "auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "openai-compatible",
+    "fake", "none",
+]
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """How files become chunks and rows."""
+
+    chunk_tokens: int = 400
+    chunk_overlap: int = 80
+    max_file_bytes: int = 10 * 1024 * 1024
+    # Load sqlite-vec for KNN; when false (or when it cannot load) vectors are scanned with numpy.
+    sqlite_vec: bool = True
+
+    def validate(self) -> None:
+        _check(self.chunk_tokens >= 1, "index.chunk_tokens", "must be at least 1")
+        _check(
+            0 <= self.chunk_overlap < self.chunk_tokens,
+            "index.chunk_overlap",
+            "must be at least 0 and below index.chunk_tokens",
+        )
+        _check(self.max_file_bytes >= 1, "index.max_file_bytes", "must be at least 1")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Search defaults (the reference system's), each overridable per request where it makes sense."""
+
+    mode: SearchMode = "hybrid"
+    max_results: int = 6
+    min_score: float = 0.35
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+    candidate_multiplier: int = 4
+    snippet_chars: int = 700
+    decay: bool = False
+    half_life_days: float = 30.0
+    mmr: bool = False
+    mmr_lambda: float = 0.7
+
+    def validate(self) -> None:
+        _check(1 <= self.max_results <= 100, "search.max_results", "must be from 1 to 100")
+        _check(0.0 <= self.min_score <= 1.0, "search.min_score", "must be from 0 to 1")
+        _check(self.vector_weight >= 0, "search.vector_weight", "must not be negative")
+        _check(self.text_weight >= 0, "search.text_weight", "must not be negative")
+        _check(
+            1 <= self.candidate_multiplier <= 20, "search.candidate_multiplier", "must be 1 to 20"
+        )
+        _check(self.snippet_chars >= 16, "search.snippet_chars", "must be at least 16")
+        _check(self.half_life_days >= 1, "search.half_life_days", "must be at least 1")
+        _check(0.0 <= self.mmr_lambda <= 1.0, "search.mmr_lambda", "must be from 0 to 1")
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    """Which embedding provider to use; ``auto`` walks local, then remote, then keyword-only."""
+
+    provider: ProviderName = "auto"
+    fallback: ProviderName = "none"
+    model: str = ""
+    model_path: str = ""
+    threads: int = 0
+    batch_size: int = 32
+    query_prefix: str = ""
+    document_prefix: str = ""
+    cache_max_entries: int = 0
+
+    def validate(self) -> None:
+        _check(self.threads >= 0, "embedding.threads", "must not be negative (0 = automatic)")
+        _check(1 <= self.batch_size <= 4096, "embedding.batch_size", "must be from 1 to 4096")
+        _check(self.cache_max_entries >= 0, "embedding.cache_max_entries", "must not be negative")
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """File watching and reconciliation."""
+
+    debounce_ms: int = 1500
+    reconcile_seconds: int = 300
+
+    def validate(self) -> None:
+        _check(self.debounce_ms >= 0, "watch.debounce_ms", "must not be negative")
+        _check(self.reconcile_seconds >= 1, "watch.reconcile_seconds", "must be at least 1")
+
+
+@dataclass(frozen=True)
+class GetConfig:
+    """Limits of ``get``."""
+
+    default_lines: int = 120
+    max_chars: int = 12_000
+
+    def validate(self) -> None:
+        _check(self.default_lines >= 1, "get.default_lines", "must be at least 1")
+        _check(self.max_chars >= 100, "get.max_chars", "must be at least 100")
+
+
+@dataclass(frozen=True)
+class WorkspaceConfig:
+    """A workspace named in the configuration file."""
+
+    path: str
+    name: str = ""
+    extra_paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything memd can be told; derived paths are properties."""
+
+    index: IndexConfig = field(default_factory=IndexConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    watch: WatchConfig = field(default_factory=WatchConfig)
+    get: GetConfig = field(default_factory=GetConfig)
+    workspaces: tuple[WorkspaceConfig, ...] = ()
+    # IANA time zone for daily-log dates; empty means the machine's local zone.
+    timezone: str = ""
+    dirs: Dirs = field(default_factory=user_dirs, compare=False)
+    source: str = field(default="defaults", compare=False)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.dirs.state
+
+    @property
+    def index_dir(self) -> Path:
+        return self.dirs.state / "indexes"
+
+    @property
+    def cache_path(self) -> Path:
+        return self.dirs.state / "embedding-cache.sqlite"
+
+    @property
+    def config_file(self) -> Path:
+        return self.dirs.config / "config.toml"
+
+    @classmethod
+    def load(
+        cls,
+        path: Path | str | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> Config:
+        """Read the TOML file (if any), then ``MEMD_*`` variables, then ``overrides``.
+
+        ``overrides`` take dotted-path keys with ``__`` for the dot, e.g. ``search__max_results=3``.
+        """
+        env = os.environ if env is None else env
+        dirs = user_dirs(env)
+        explicit = path is not None or bool(env.get("MEMD_CONFIG"))
+        file = Path(path or env.get("MEMD_CONFIG") or dirs.config / "config.toml").expanduser()
+        data: dict[str, Any] = {}
+        source = "defaults"
+        if file.exists():
+            try:
+                with file.open("rb") as f:
+                    data = tomllib.load(f)
+            except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"{file}: {exc}") from None
+            source = str(file)
+        elif explicit:
+            raise ConfigError(f"config file {file} does not exist")
+        values = _from_mapping(cls, data, prefix="")
+        _apply_env(values, env)
+        for key, value in overrides.items():
+            section, _, name = key.partition("__")
+            if name:
+                values.setdefault(section, {})[name] = value
+            else:
+                values[section] = value
+        return _build(values, dirs=dirs, source=source)
+
+
+def _check(ok: bool, key: str, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key} {why}")
+
+
+_SECTIONS: dict[str, type[Any]] = {
+    "index": IndexConfig,
+    "search": SearchConfig,
+    "embedding": EmbeddingConfig,
+    "watch": WatchConfig,
+    "get": GetConfig,
+}
+_TOP_LEVEL = {"timezone": str}
+
+
+def _from_mapping(cls: type[Config], data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        if key in _SECTIONS:
+            if not isinstance(raw, Mapping):
+                raise ConfigError(f"[{key}] must be a table")
+            section_cls = _SECTIONS[key]
+            hints = typing.get_type_hints(section_cls)
+            section: dict[str, Any] = {}
+            for name, value in raw.items():
+                if name not in hints:
+                    raise ConfigError(f"unknown key {key}.{name}")
+                section[name] = _coerce(f"{key}.{name}", hints[name], value, from_env=False)
+            values[key] = section
+        elif key == "workspaces":
+            values[key] = _workspaces(raw)
+        elif key in _TOP_LEVEL:
+            values[key] = _coerce(key, _TOP_LEVEL[key], raw, from_env=False)
+        else:
+            raise ConfigError(f"unknown key {prefix}{key}")
+    return values
+
+
+def _workspaces(raw: Any) -> tuple[WorkspaceConfig, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError("workspaces must be an array of tables ([[workspaces]])")
+    hints = typing.get_type_hints(WorkspaceConfig)
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"workspaces[{i}] must be a table")
+        kwargs = {}
+        for name, value in item.items():
+            if name not in hints:
+                raise ConfigError(f"unknown key workspaces[{i}].{name}")
+            kwargs[name] = _coerce(f"workspaces[{i}].{name}", hints[name], value, from_env=False)
+        if "path" not in kwargs:
+            raise ConfigError(f"workspaces[{i}].path is required")
+        out.append(WorkspaceConfig(**kwargs))
+    return tuple(out)
+
+
+# Variables that are not ``MEMD_<SECTION>_<KEY>`` but are part of the interface.
+_ENV_ALIASES = {"MEMD_LOCAL_MODEL": ("embedding", "model_path"), "MEMD_TIMEZONE": ("", "timezone")}
+_ENV_RESERVED = {"MEMD_HOME", "MEMD_CONFIG"}
+
+
+def _apply_env(values: dict[str, Any], env: Mapping[str, str]) -> None:
+    for var, raw in env.items():
+        if not var.startswith("MEMD_") or var in _ENV_RESERVED:
+            continue
+        if var in _ENV_ALIASES:
+            section, name = _ENV_ALIASES[var]
+        else:
+            rest = var[len("MEMD_") :].lower()
+            section, _, name = rest.partition("_")
+            if section not in _SECTIONS:
+                continue  # not a config variable (e.g. MEMD_TEST_MODEL)
+            if name not in typing.get_type_hints(_SECTIONS[section]):
+                raise ConfigError(f"unknown variable {var} (no key {section}.{name})")
+        if section:
+            hint = typing.get_type_hints(_SECTIONS[section])[name]
+            values.setdefault(section, {})[name] = _coerce(var, hint, raw, from_env=True)
+        else:
+            values[name] = _coerce(var, _TOP_LEVEL[name], raw, from_env=True)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _coerce(key: str, hint: Any, value: Any, *, from_env: bool) -> Any:
+    """Check ``value`` against the field type ``hint``; strings from the environment are parsed."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise ConfigError(f"{key} must be one of {', '.join(map(str, choices))}, not {value!r}")
+        return value
+    if hint is bool:
+        if from_env and isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key} must be true or false, not {value!r}")
+    if hint is int:
+        if from_env and isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        elif isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key} must be a whole number, not {value!r}")
+    if hint is float:
+        if from_env and isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{key} must be a number, not {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key} must be a string, not {value!r}")
+    if origin is tuple:
+        if from_env and isinstance(value, str):
+            return tuple(p for p in value.split(os.pathsep) if p)
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise ConfigError(f"{key} must be a list of strings, not {value!r}")
+    if isinstance(hint, types.UnionType):  # pragma: no cover - no such fields yet
+        raise ConfigError(f"{key}: unsupported type")
+    raise ConfigError(f"{key}: unsupported type {hint!r}")  # pragma: no cover
+
+
+def _build(values: dict[str, Any], *, dirs: Dirs, source: str) -> Config:
+    kwargs: dict[str, Any] = {"dirs": dirs, "source": source}
+    for key, value in values.items():
+        if key in _SECTIONS:
+            if isinstance(value, Mapping):
+                section = _SECTIONS[key](**value)
+            elif isinstance(value, _SECTIONS[key]):
+                section = value
+            else:
+                raise ConfigError(f"[{key}] must be a table")
+            section.validate()
+            kwargs[key] = section
+        elif key in ("workspaces", "timezone"):
+            kwargs[key] = value
+        else:
+            raise ConfigError(f"unknown key {key}")
+    config = Config(**kwargs)
+    for key in _SECTIONS:
+        if key not in kwargs:
+            getattr(config, key).validate()
+    if config.timezone:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(config.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(f"timezone {config.timezone!r} is not a known IANA time zone") from None
+    return config
+
+
+def replace(config: Config, **changes: Any) -> Config:
+    """Return a copy of ``config`` with whole sections or fields replaced."""
+    return dataclasses.replace(config, **changes)
