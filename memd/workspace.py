@@ -1,0 +1,273 @@
+"""Discovery of a workspace's memory files (MEMORY.md, memory/**.md, extra paths), the ignore
+rules shared with the file watcher, and the evergreen/daily/topic/extra classification."""
+
+from __future__ import annotations
+
+import datetime
+import fnmatch
+import logging
+import os
+import re
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+__all__ = [
+    "IGNORED_DIRS",
+    "Discovery",
+    "Kind",
+    "SourceFile",
+    "classify",
+    "daily_date",
+    "discover",
+    "is_ignored",
+    "resolve_extra_paths",
+]
+
+logger = logging.getLogger(__name__)
+
+Kind = Literal["evergreen", "daily", "topic", "extra"]
+
+DEFAULT_MAX_FILE_BYTES = 10 * 1024 * 1024
+
+# Compared case-insensitively against every path segment.
+IGNORED_DIRS = frozenset(
+    {
+        ".git",
+        "node_modules",
+        ".pnpm-store",
+        ".venv",
+        "venv",
+        ".tox",
+        "__pycache__",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".idea",
+        ".vscode",
+        ".cache",
+    }
+)
+# Editor swap, backup and temporary names (vim, emacs, gedit/GIO, atomic-save helpers).
+_IGNORED_NAME_PATTERNS = (
+    "*.swp",
+    "*.swo",
+    "*.swx",
+    "*~",
+    ".#*",
+    "4913",
+    ".goutputstream-*",
+    "*.tmp",
+    ".*.tmp-*",
+)
+_IGNORED_NAME_RE = re.compile(
+    "|".join(fnmatch.translate(p) for p in _IGNORED_NAME_PATTERNS), re.IGNORECASE
+)
+_EVERGREEN = ("MEMORY.md", "memory.md")
+# ASCII digits only: \d would also accept other scripts' digits.
+_DAILY_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:-.+)?\.md")
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One memory file found on disk."""
+
+    rel: str
+    abs: Path
+    size: int
+    mtime_ns: int
+    kind: Kind
+    day: datetime.date | None
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """The result of one scan; ``complete`` is False when some directory could not be listed."""
+
+    files: list[SourceFile]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    complete: bool = True
+
+
+def is_ignored(rel_or_name: str) -> bool:
+    """Say whether a path (or bare name) is in an ignored directory or is an editor temp name.
+
+    The extension is not checked, so directories pass; callers still require ``.md`` for files.
+    """
+    parts = [p for p in rel_or_name.replace("\\", "/").split("/") if p]
+    if not parts:
+        return False
+    if any(p.lower() in IGNORED_DIRS for p in parts):
+        return True
+    return _IGNORED_NAME_RE.match(parts[-1]) is not None
+
+
+def daily_date(rel: str) -> datetime.date | None:
+    """Return the date of a daily log (``memory/**/YYYY-MM-DD[-suffix].md``), else None."""
+    rel = _strip_dot(rel)
+    if not rel.startswith("memory/"):
+        return None
+    m = _DAILY_RE.fullmatch(rel.rsplit("/", 1)[-1])
+    if m is None:
+        return None
+    try:
+        return datetime.date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:
+        return None
+
+
+def classify(rel: str) -> tuple[Kind, datetime.date | None]:
+    """Return the kind of a workspace-relative path and, for a daily log, its date."""
+    rel = _strip_dot(rel)
+    if rel in _EVERGREEN:
+        return "evergreen", None
+    if rel.startswith("memory/"):
+        day = daily_date(rel)
+        return ("daily", day) if day is not None else ("topic", None)
+    return "extra", None
+
+
+def resolve_extra_paths(root: Path, extra_paths: Sequence[str]) -> list[Path]:
+    """Normalise configured extra paths: trim, drop empty, expand ``~``, anchor at root, dedupe."""
+    base = os.path.abspath(root)
+    out: list[Path] = []
+    seen: set[str] = set()
+    for entry in extra_paths:
+        text = str(entry).strip()
+        if not text:
+            continue
+        full = os.path.normpath(os.path.join(base, os.path.expanduser(text)))
+        if full not in seen:
+            seen.add(full)
+            out.append(Path(full))
+    return out
+
+
+def discover(
+    root: Path,
+    extra_paths: Sequence[str] = (),
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+) -> Discovery:
+    """List the memory files of a workspace, sorted by rel path, with what was skipped and why."""
+    scan = _Scan(Path(os.path.abspath(root)), max_file_bytes)
+    scan.root_files()
+    for extra in resolve_extra_paths(root, extra_paths):
+        scan.extra(extra)
+    seen: set[str] = set()
+    files: list[SourceFile] = []
+    for f in scan.found:
+        try:
+            key = os.path.realpath(f.abs)
+        except OSError:  # pragma: no cover - realpath(strict=False) rarely raises
+            key = str(f.abs)
+        if key not in seen:
+            seen.add(key)
+            files.append(f)
+    files.sort(key=lambda f: f.rel)
+    return Discovery(files=files, skipped=sorted(set(scan.skipped)), complete=scan.complete)
+
+
+class _Scan:
+    """The state of one discover() call."""
+
+    def __init__(self, root: Path, max_file_bytes: int) -> None:
+        self.root = root
+        self.max_file_bytes = max_file_bytes
+        self.found: list[SourceFile] = []
+        self.skipped: list[tuple[str, str]] = []
+        self.complete = True
+
+    def rel(self, path: str) -> str:
+        return os.path.relpath(path, self.root).replace(os.sep, "/")
+
+    def root_files(self) -> None:
+        entries = self.list_dir(str(self.root))
+        if entries is None:
+            return
+        by_name = {e.name: e for e in entries}
+        # Exact directory-entry names: on a case-insensitive FS one file has one name, never two.
+        for name in _EVERGREEN:
+            entry = by_name.get(name)
+            if entry is not None and entry.is_file(follow_symlinks=False):
+                self.take(entry.path, _entry_stat(entry))
+        mem = by_name.get("memory")
+        if mem is not None and mem.is_dir(follow_symlinks=False):
+            self.walk(mem.path)
+
+    def extra(self, path: Path) -> None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self.skipped.append((self.rel(str(path)), f"cannot stat: {exc.strerror}"))
+            return
+        if stat.S_ISDIR(st.st_mode):
+            self.walk(str(path))
+        elif stat.S_ISREG(st.st_mode) and path.name.endswith(".md") and not is_ignored(path.name):
+            self.take(str(path), st)
+        # Symlinks, FIFOs, sockets and devices are never taken.
+
+    def walk(self, top: str) -> None:
+        """Walk a real directory without following symlinks; ignore rules apply below ``top``."""
+        stack = [top]
+        while stack:
+            entries = self.list_dir(stack.pop())
+            for entry in entries or ():
+                if entry.is_symlink() or is_ignored(entry.name):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                elif entry.name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                    self.take(entry.path, _entry_stat(entry))
+
+    def list_dir(self, path: str) -> list[os.DirEntry[str]] | None:
+        try:
+            with os.scandir(path) as it:
+                return list(it)
+        except (FileNotFoundError, NotADirectoryError):
+            if path == str(self.root):
+                # A vanished or unmounted workspace must not look like "every file was deleted".
+                logger.warning("workspace %s is not a directory", path)
+                self.complete = False
+            return None
+        except OSError as exc:
+            logger.warning("cannot list %s: %s; its files are kept as they were", path, exc)
+            self.skipped.append((self.rel(path) + "/", f"cannot list directory: {exc.strerror}"))
+            self.complete = False
+            return None
+
+    def take(self, path: str, st: os.stat_result | OSError | None) -> None:
+        rel = self.rel(path)
+        if st is None:  # vanished between listing and stat
+            return
+        if isinstance(st, OSError):
+            self.skipped.append((rel, f"cannot stat: {st.strerror}"))
+            return
+        if not stat.S_ISREG(st.st_mode):
+            return
+        if st.st_size > self.max_file_bytes:
+            logger.debug("skipping %s: %d bytes", path, st.st_size)
+            self.skipped.append((rel, f"larger than {self.max_file_bytes} bytes ({st.st_size})"))
+            return
+        if not os.access(path, os.R_OK):
+            self.skipped.append((rel, "unreadable: permission denied"))
+            return
+        kind, day = classify(rel)
+        self.found.append(SourceFile(rel, Path(path), st.st_size, st.st_mtime_ns, kind, day))
+
+
+def _entry_stat(entry: os.DirEntry[str]) -> os.stat_result | OSError | None:
+    try:
+        return entry.stat(follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return exc
+
+
+def _strip_dot(rel: str) -> str:
+    while rel.startswith("./"):
+        rel = rel[2:]
+    return rel
