@@ -1,0 +1,72 @@
+"""The Embedder interface every provider implements: texts in, L2-normalised float32 rows out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from memd.text import estimate_tokens
+
+__all__ = ["Embedder", "Kind", "Vectors", "normalize"]
+
+Kind = Literal["document", "query"]
+Vectors = npt.NDArray[np.float32]
+
+
+class Embedder(ABC):
+    """A source of embeddings.
+
+    Subclasses set ``provider``, ``model``, ``dims``, ``max_tokens`` and ``batch_size`` and
+    implement :meth:`embed_batch`. ``settings()`` must name everything that changes the vectors,
+    because it keys the embedding cache and the index identity.
+    """
+
+    provider: str
+    model: str
+    dims: int
+    max_tokens: int
+    batch_size: int = 32
+
+    @abstractmethod
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        """Embed ``texts``; return an array of shape (len(texts), dims), rows L2-normalised."""
+
+    def embed_query(self, text: str) -> Vectors:
+        """Embed one search query; return a vector of shape (dims,)."""
+        return self.embed_batch([text], kind="query")[0]
+
+    def count_tokens(self, text: str) -> int:
+        """Count the tokens ``text`` costs this model; an estimate unless the model can tokenize."""
+        return estimate_tokens(text)
+
+    def settings(self) -> dict[str, object]:
+        """Everything that changes the vectors (never secrets)."""
+        return {"provider": self.provider, "model": self.model, "dims": self.dims}
+
+    @property
+    def settings_key(self) -> str:
+        """A stable hash of :meth:`settings`, used in cache keys and the index identity."""
+        blob = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def close(self) -> None:
+        """Release what the embedder holds (a model, a connection pool)."""
+
+    def describe(self) -> str:
+        return f"{self.provider}:{self.model} ({self.dims} dims)"
+
+
+def normalize(matrix: npt.ArrayLike) -> Vectors:
+    """Return ``matrix`` as float32 rows of unit length; non-finite values become 0."""
+    arr = np.nan_to_num(np.asarray(matrix, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (arr / norms).astype(np.float32, copy=False)

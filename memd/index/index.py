@@ -1,0 +1,190 @@
+"""Index: one workspace's database file, its writer, a pool of readers and the atomic swap."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import apsw
+
+from memd.index.db import VecSupport, connect, probe_sqlite_vec, translate_errors
+from memd.index.identity import Identity
+from memd.index.schema import migrate
+from memd.index.store import Store, VectorStore
+
+__all__ = ["Index"]
+
+logger = logging.getLogger(__name__)
+
+
+class _SharedLock:
+    """Many readers or one exclusive holder (the swap); the swap waits for readers to finish."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._exclusive = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive:
+                self._cond.wait()
+            self._exclusive = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
+class Index:
+    """The database file of one workspace.
+
+    One writer connection (used by one thread at a time: the caller serialises writes) and a
+    pool of read-only connections. :meth:`swap_in` replaces the whole file atomically with a
+    database built elsewhere, waiting for readers in flight and reopening everything.
+    """
+
+    TEMP_MARK = ".tmp-"
+
+    def __init__(self, path: Path, *, use_vec: bool = True) -> None:
+        self.path = path
+        self.use_vec = use_vec
+        self.vec: VecSupport = probe_sqlite_vec() if use_vec else VecSupport(
+            False, error="disabled by configuration (index.sqlite_vec = false)"
+        )
+        self._lock = _SharedLock()
+        self._pool: list[apsw.Connection] = []
+        self._pool_lock = threading.Lock()
+        self._writer: apsw.Connection | None = None
+        self.epoch = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Remove leftovers of an interrupted rebuild, open the writer and migrate the schema."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.remove_temp_files()
+        with translate_errors(f"index {self.path}"):
+            self._writer = connect(self.path, load_vec=self.vec.available)
+            migrate(self._writer)
+
+    def close(self) -> None:
+        with self._lock.exclusive():
+            self._close_all()
+
+    def _close_all(self) -> None:
+        with self._pool_lock:
+            for conn in self._pool:
+                conn.close()
+            self._pool.clear()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def remove_temp_files(self) -> list[Path]:
+        removed = []
+        for p in self.path.parent.glob(self.path.name + self.TEMP_MARK + "*"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                removed.append(p)
+        if removed:
+            logger.info("removed %d leftover file(s) of an interrupted rebuild", len(removed))
+        return removed
+
+    # -- stores ---------------------------------------------------------------------------------
+
+    def _store(self, conn: apsw.Connection) -> Store:
+        identity = self.stored_identity(conn)
+        kind: VectorStore = identity.vector_store if identity else "none"
+        if kind == "vec0" and not self.vec.available:
+            kind = "none"  # the vectors are there but unreadable without the extension
+        return Store(conn, kind, identity.dims if identity else 0)
+
+    @staticmethod
+    def stored_identity(conn: apsw.Connection) -> Identity | None:
+        data = Store(conn, "none", 0).identity()
+        return None if data is None else Identity.from_dict(data)
+
+    def writer(self) -> Store:
+        """The write store; only the single writer may use it."""
+        if self._writer is None:
+            raise RuntimeError("index is not open")
+        return self._store(self._writer)
+
+    @contextlib.contextmanager
+    def reader(self) -> Iterator[Store]:
+        """A read-only store from the pool, returned to it afterwards."""
+        with self._lock.shared():
+            with self._pool_lock:
+                conn = self._pool.pop() if self._pool else None
+            if conn is None:
+                with translate_errors(f"index {self.path}"):
+                    conn = connect(self.path, load_vec=self.vec.available, readonly=True)
+            try:
+                yield self._store(conn)
+            finally:
+                with self._pool_lock:
+                    self._pool.append(conn)
+
+    # -- rebuild --------------------------------------------------------------------------------
+
+    def temp_path(self) -> Path:
+        return self.path.with_name(f"{self.path.name}{self.TEMP_MARK}{uuid.uuid4().hex[:12]}")
+
+    def open_temp(self, path: Path) -> apsw.Connection:
+        """Open a fresh database at ``path`` for a rebuild, with the schema in place."""
+        conn = connect(path, load_vec=self.vec.available)
+        migrate(conn)
+        return conn
+
+    def swap_in(self, temp: Path) -> None:
+        """Atomically replace the index file with ``temp`` (a closed, complete database)."""
+        with self._lock.exclusive():
+            self._close_all()
+            # With every connection closed SQLite has checkpointed and removed -wal/-shm; if one
+            # survived (a crash, an outside reader) it belongs to the old file: move it aside so
+            # it is never replayed into the new one.
+            stamp = f".old-{int(time.time())}"
+            for suffix in ("-wal", "-shm"):
+                side = Path(str(self.path) + suffix)
+                if side.exists():
+                    side.rename(Path(str(temp) + suffix + stamp))
+            os.replace(temp, self.path)
+            _fsync_dir(self.path.parent)
+            with translate_errors(f"index {self.path}"):
+                self._writer = connect(self.path, load_vec=self.vec.available)
+                migrate(self._writer)
+            self.epoch += 1
+        self.remove_temp_files()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

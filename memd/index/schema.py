@@ -1,0 +1,89 @@
+"""Ordered schema migrations of a workspace index, each applied once in its own transaction."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import apsw
+
+from memd.index.db import atomic
+
+__all__ = ["FTS_TOKENIZER", "MIGRATIONS", "migrate"]
+
+# Part of the index identity: a change here means every FTS row must be rebuilt.
+FTS_TOKENIZER = "memd-cjk2+porter-unicode61-v1"
+
+
+def m001_create_tables(conn: apsw.Connection) -> None:
+    conn.execute(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE files (
+            path TEXT PRIMARY KEY,
+            source TEXT NOT NULL DEFAULT 'memory',
+            kind TEXT NOT NULL,
+            day TEXT,
+            hash TEXT NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            size INTEGER NOT NULL,
+            chunks INTEGER NOT NULL,
+            pending INTEGER NOT NULL DEFAULT 0,
+            error TEXT,
+            indexed_at INTEGER NOT NULL
+        );
+        CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY,
+            path TEXT NOT NULL,
+            source TEXT NOT NULL DEFAULT 'memory',
+            start_line INTEGER NOT NULL,
+            end_line INTEGER NOT NULL,
+            hash TEXT NOT NULL,
+            model TEXT NOT NULL,
+            text TEXT NOT NULL,
+            embedded INTEGER NOT NULL DEFAULT 0,
+            updated_at INTEGER NOT NULL
+        );
+        CREATE INDEX chunks_path ON chunks(path);
+        CREATE INDEX chunks_source ON chunks(source);
+        CREATE INDEX chunks_unembedded ON chunks(path) WHERE embedded = 0;
+        """
+    )
+
+
+def m002_create_fts(conn: apsw.Connection) -> None:
+    # Contentless: the text lives once, in chunks; FTS rows share the chunk's rowid.
+    # body = words plus CJK bigrams, uni = CJK unigrams, path = the file path's words.
+    conn.execute(
+        """
+        CREATE VIRTUAL TABLE chunks_fts USING fts5(
+            body, uni, path,
+            content='', contentless_delete=1,
+            tokenize='porter unicode61 remove_diacritics 2'
+        )
+        """
+    )
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [m001_create_tables, m002_create_fts]
+
+
+def migrate(conn: apsw.Connection) -> list[str]:
+    """Apply the migrations not yet recorded in ``_migrations``; return their names."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)"
+    )
+    done = {row[0] for row in conn.execute("SELECT name FROM _migrations")}
+    applied = []
+    for migration in MIGRATIONS:
+        name = migration.__name__
+        if name in done:
+            continue
+        with atomic(conn):
+            migration(conn)
+            conn.execute(
+                "INSERT INTO _migrations (name, applied_at) VALUES (?, ?)",
+                (name, int(time.time() * 1000)),
+            )
+        applied.append(name)
+    return applied

@@ -1,0 +1,424 @@
+"""Store: every SQL statement on a workspace index (files, chunks, FTS, vectors, meta)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import apsw
+import numpy as np
+
+from memd.embed.base import Vectors
+from memd.index.db import atomic
+from memd.text import fts_body, fts_unigrams, word_tokens
+
+__all__ = ["ChunkRow", "FileRow", "NewChunk", "Store", "VectorStore"]
+
+VectorStore = Literal["vec0", "plain", "none"]
+IDENTITY_KEY = "identity"
+
+
+@dataclass(frozen=True)
+class FileRow:
+    path: str
+    source: str
+    kind: str
+    day: str | None
+    hash: str
+    mtime_ns: int
+    size: int
+    chunks: int
+    pending: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class NewChunk:
+    start_line: int
+    end_line: int
+    text: str
+    hash: str
+    vector: Vectors | None
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: int
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+    score: float  # bm25 rank for keyword hits (lower is better), cosine similarity for vectors
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _path_words(path: str) -> str:
+    return " ".join(word_tokens(path))
+
+
+class Store:
+    """SQL over one open connection. Writes must run inside :func:`atomic`."""
+
+    def __init__(self, conn: apsw.Connection, vector_store: VectorStore, dims: int) -> None:
+        self.conn = conn
+        self.vector_store = vector_store
+        self.dims = dims
+
+    # -- meta -----------------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def identity(self) -> dict[str, object] | None:
+        raw = self.get_meta(IDENTITY_KEY)
+        return None if raw is None else dict(json.loads(raw))
+
+    def set_identity(self, identity: dict[str, object]) -> None:
+        self.set_meta(IDENTITY_KEY, json.dumps(identity, sort_keys=True))
+
+    def generation(self) -> int:
+        value = self.get_meta("generation")
+        return int(value) if value else 0
+
+    def bump_generation(self) -> int:
+        gen = self.generation() + 1
+        self.set_meta("generation", str(gen))
+        return gen
+
+    # -- vector table ---------------------------------------------------------------------------
+
+    def ensure_vector_table(self) -> None:
+        """Create the vector table for this store's kind and dims (idempotent)."""
+        if self.vector_store == "vec0":
+            self.conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0("
+                f"embedding float[{int(self.dims)}] distance_metric=cosine)"
+            )
+        elif self.vector_store == "plain":
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS chunks_vec_plain "
+                "(id INTEGER PRIMARY KEY, embedding BLOB NOT NULL)"
+            )
+
+    def _vector_table(self) -> str | None:
+        return {"vec0": "chunks_vec", "plain": "chunks_vec_plain"}.get(self.vector_store)
+
+    def _insert_vector(self, chunk_id: int, vector: Vectors) -> None:
+        blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+        if len(blob) != 4 * self.dims:
+            raise ValueError(f"vector has {len(blob) // 4} dims, the index has {self.dims}")
+        table = self._vector_table()
+        if table == "chunks_vec":
+            self.conn.execute("INSERT INTO chunks_vec (rowid, embedding) VALUES (?, ?)", (chunk_id, blob))
+        elif table == "chunks_vec_plain":
+            self.conn.execute(
+                "INSERT INTO chunks_vec_plain (id, embedding) VALUES (?, ?)", (chunk_id, blob)
+            )
+
+    def _delete_vectors(self, ids: Sequence[int]) -> None:
+        table = self._vector_table()
+        if table is None or not ids:
+            return
+        key = "rowid" if table == "chunks_vec" else "id"
+        self.conn.executemany(f"DELETE FROM {table} WHERE {key} = ?", [(i,) for i in ids])
+
+    # -- files and chunks -----------------------------------------------------------------------
+
+    def files(self) -> dict[str, FileRow]:
+        rows = self.conn.execute(
+            "SELECT path, source, kind, day, hash, mtime_ns, size, chunks, pending, error FROM files"
+        )
+        return {r[0]: FileRow(*r) for r in rows}
+
+    def file(self, path: str) -> FileRow | None:
+        row = self.conn.execute(
+            "SELECT path, source, kind, day, hash, mtime_ns, size, chunks, pending, error "
+            "FROM files WHERE path = ?",
+            (path,),
+        ).fetchone()
+        return None if row is None else FileRow(*row)
+
+    def touch_file(self, path: str, mtime_ns: int, size: int) -> None:
+        """Record a new mtime/size for a file whose content hash did not change."""
+        self.conn.execute(
+            "UPDATE files SET mtime_ns = ?, size = ? WHERE path = ?", (mtime_ns, size, path)
+        )
+
+    def replace_file(
+        self,
+        *,
+        path: str,
+        source: str,
+        kind: str,
+        day: str | None,
+        file_hash: str,
+        mtime_ns: int,
+        size: int,
+        model: str,
+        chunks: Sequence[NewChunk],
+    ) -> int:
+        """Replace every row of ``path`` (chunks, FTS, vectors, file row); return pending count."""
+        self.delete_file(path)
+        now = _now_ms()
+        path_words = _path_words(path)
+        pending = 0
+        for chunk in chunks:
+            embedded = chunk.vector is not None and self.vector_store != "none"
+            row = self.conn.execute(
+                "INSERT INTO chunks (path, source, start_line, end_line, hash, model, text, "
+                "embedded, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (path, source, chunk.start_line, chunk.end_line, chunk.hash, model, chunk.text,
+                 int(embedded), now),
+            ).fetchone()
+            assert row is not None
+            chunk_id = int(row[0])
+            self.conn.execute(
+                "INSERT INTO chunks_fts (rowid, body, uni, path) VALUES (?, ?, ?, ?)",
+                (chunk_id, fts_body(chunk.text), fts_unigrams(chunk.text), path_words),
+            )
+            if embedded:
+                assert chunk.vector is not None
+                self._insert_vector(chunk_id, chunk.vector)
+            elif self.vector_store != "none":
+                pending += 1
+        self.conn.execute(
+            "INSERT INTO files (path, source, kind, day, hash, mtime_ns, size, chunks, pending, "
+            "error, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+            (path, source, kind, day, file_hash, mtime_ns, size, len(chunks), pending, now),
+        )
+        return pending
+
+    def delete_file(self, path: str) -> None:
+        ids = [int(r[0]) for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
+        if ids:
+            self.conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in ids])
+            self._delete_vectors(ids)
+            self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
+        self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
+
+    def unembedded(self, path: str) -> list[tuple[int, str, str]]:
+        """(id, hash, text) of the chunks of ``path`` that still lack a vector."""
+        rows = self.conn.execute(
+            "SELECT id, hash, text FROM chunks WHERE path = ? AND embedded = 0 ORDER BY id", (path,)
+        )
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def pending_paths(self) -> list[str]:
+        return [str(r[0]) for r in self.conn.execute("SELECT path FROM files WHERE pending > 0 ORDER BY path")]
+
+    def add_vectors(self, path: str, vectors: dict[int, Vectors]) -> int:
+        """Store vectors for chunks of ``path``; return how many of its chunks still lack one."""
+        for chunk_id, vector in vectors.items():
+            updated = self.conn.execute(
+                "UPDATE chunks SET embedded = 1 WHERE id = ? AND embedded = 0 RETURNING id",
+                (chunk_id,),
+            ).fetchone()
+            if updated is not None:
+                self._insert_vector(chunk_id, vector)
+        row = self.conn.execute(
+            "SELECT count(*) FROM chunks WHERE path = ? AND embedded = 0", (path,)
+        ).fetchone()
+        left = int(row[0]) if row else 0
+        self.conn.execute(
+            "UPDATE files SET pending = ?, error = NULL WHERE path = ?", (left, path)
+        )
+        return left
+
+    def set_file_error(self, path: str, error: str | None) -> None:
+        self.conn.execute("UPDATE files SET error = ? WHERE path = ?", (error, path))
+
+    # -- reads for search -----------------------------------------------------------------------
+
+    def keyword_candidates(
+        self, match: str, sources: Sequence[str] | None, limit: int
+    ) -> list[ChunkRow]:
+        """Run an FTS5 MATCH expression; rows come best first with their bm25 rank."""
+        sql = (
+            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, "
+            "bm25(chunks_fts, 1.0, 1.0, 0.25) AS rank "
+            "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
+            "WHERE chunks_fts MATCH ?"
+        )
+        params: list[object] = [match]
+        if sources:
+            sql += f" AND c.source IN ({','.join('?' * len(sources))})"
+            params.extend(sources)
+        sql += " ORDER BY rank LIMIT ?"
+        params.append(limit)
+        return [ChunkRow(*r) for r in self.conn.execute(sql, params)]
+
+    def vector_candidates(
+        self, query: Vectors, sources: Sequence[str] | None, limit: int
+    ) -> list[ChunkRow]:
+        """Nearest chunks by cosine similarity, best first (score = 1 - cosine distance)."""
+        if self.vector_store == "vec0":
+            return self._knn_vec0(query, sources, limit)
+        if self.vector_store == "plain":
+            return self._knn_plain(query, sources, limit)
+        return []
+
+    def _knn_vec0(self, query: Vectors, sources: Sequence[str] | None, limit: int) -> list[ChunkRow]:
+        blob = np.ascontiguousarray(query, dtype=np.float32).tobytes()
+        total_row = self.conn.execute("SELECT count(*) FROM chunks WHERE embedded = 1").fetchone()
+        total = int(total_row[0]) if total_row else 0
+        if total == 0:
+            return []
+        k = min(total, limit, 4096)
+        while True:
+            sql = (
+                "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, 1.0 - v.distance "
+                "FROM (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) v "
+                "JOIN chunks c ON c.id = v.rowid"
+            )
+            params: list[object] = [blob, k]
+            if sources:
+                sql += f" WHERE c.source IN ({','.join('?' * len(sources))})"
+                params.extend(sources)
+            sql += " ORDER BY v.distance"
+            rows = [ChunkRow(*r) for r in self.conn.execute(sql, params)]
+            if len(rows) >= limit or k >= min(total, 4096):
+                return rows[:limit]
+            k = min(total, k * 8, 4096)
+
+    def _knn_plain(self, query: Vectors, sources: Sequence[str] | None, limit: int) -> list[ChunkRow]:
+        ids, matrix = self.plain_vectors()
+        if not ids:
+            return []
+        sims = matrix @ np.asarray(query, dtype=np.float32)
+        order = np.argsort(-sims)
+        picked: list[ChunkRow] = []
+        wanted = set(sources) if sources else None
+        for start in range(0, len(order), max(limit * 4, 64)):
+            batch = [ids[i] for i in order[start : start + max(limit * 4, 64)]]
+            by_id = {r.id: r for r in self.chunks_by_id(batch)}
+            for i in order[start : start + max(limit * 4, 64)]:
+                row = by_id.get(ids[i])
+                if row is None or (wanted is not None and row.source not in wanted):
+                    continue
+                picked.append(
+                    ChunkRow(row.id, row.path, row.source, row.start_line, row.end_line, row.text,
+                             float(sims[i]))
+                )
+                if len(picked) >= limit:
+                    return picked
+        return picked
+
+    def plain_vectors(self) -> tuple[list[int], Vectors]:
+        """Every stored vector of a numpy-scanned index, as (ids, matrix)."""
+        ids: list[int] = []
+        blobs: list[bytes] = []
+        for chunk_id, blob in self.conn.execute("SELECT id, embedding FROM chunks_vec_plain"):
+            ids.append(int(chunk_id))
+            blobs.append(bytes(blob))
+        if not ids:
+            return [], np.zeros((0, self.dims), dtype=np.float32)
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), self.dims)
+        return ids, matrix
+
+    def chunks_by_id(self, ids: Iterable[int]) -> list[ChunkRow]:
+        ids = list(ids)
+        if not ids:
+            return []
+        rows = self.conn.execute(
+            "SELECT id, path, source, start_line, end_line, text, 0.0 FROM chunks "
+            f"WHERE id IN ({','.join('?' * len(ids))})",
+            ids,
+        )
+        return [ChunkRow(*r) for r in rows]
+
+    def file_ages(self, paths: Iterable[str]) -> dict[str, tuple[str, str | None, int]]:
+        """(kind, day, mtime_ns) of each path, for temporal decay."""
+        paths = list(set(paths))
+        if not paths:
+            return {}
+        rows = self.conn.execute(
+            f"SELECT path, kind, day, mtime_ns FROM files WHERE path IN ({','.join('?' * len(paths))})",
+            paths,
+        )
+        return {str(r[0]): (str(r[1]), r[2], int(r[3])) for r in rows}
+
+    # -- status and checks ----------------------------------------------------------------------
+
+    def counts(self) -> dict[str, int]:
+        one = self.conn.execute(
+            "SELECT (SELECT count(*) FROM files), (SELECT count(*) FROM chunks), "
+            "(SELECT count(*) FROM chunks WHERE embedded = 1), "
+            "(SELECT count(*) FROM files WHERE pending > 0)"
+        ).fetchone()
+        assert one is not None
+        files, chunks, embedded, pending = (int(x) for x in one)
+        table = self._vector_table()
+        vectors = 0
+        if table is not None and self.table_exists(table):
+            row = self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+            vectors = int(row[0]) if row else 0
+        return {
+            "files": files,
+            "chunks": chunks,
+            "embedded_chunks": embedded,
+            "vectors": vectors,
+            "pending_files": pending,
+        }
+
+    def table_exists(self, name: str) -> bool:
+        row = self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = ?", (name,)
+        ).fetchone()
+        return row is not None
+
+    def vector_ids(self) -> set[int]:
+        table = self._vector_table()
+        if table is None or not self.table_exists(table):
+            return set()
+        key = "rowid" if table == "chunks_vec" else "id"
+        return {int(r[0]) for r in self.conn.execute(f"SELECT {key} FROM {table}")}
+
+    def fts_ids(self) -> set[int]:
+        return {int(r[0]) for r in self.conn.execute("SELECT rowid FROM chunks_fts")}
+
+    def dump(self) -> list[tuple[str, int, int, str, bool, bool, str]]:
+        """The logical content: (path, start, end, chunk hash, FTS row?, vector row?, model)."""
+        fts = self.fts_ids()
+        vecs = self.vector_ids()
+        rows = self.conn.execute(
+            "SELECT id, path, start_line, end_line, hash, model FROM chunks "
+            "ORDER BY path, start_line, end_line, hash"
+        )
+        return [
+            (str(r[1]), int(r[2]), int(r[3]), str(r[4]), int(r[0]) in fts, int(r[0]) in vecs, str(r[5]))
+            for r in rows
+        ]
+
+    def integrity(self) -> list[str]:
+        """Problems found by SQLite's and FTS5's own checks plus row agreement; [] when sound.
+
+        FTS5's check is written as an INSERT, so this needs the writer's store.
+        """
+        problems = [str(r[0]) for r in self.conn.execute("PRAGMA quick_check") if r[0] != "ok"]
+        try:
+            with atomic(self.conn):
+                self.conn.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('integrity-check')")
+        except apsw.Error as exc:
+            problems.append(f"fts: {exc}")
+        ids = {int(r[0]) for r in self.conn.execute("SELECT id FROM chunks")}
+        embedded = {int(r[0]) for r in self.conn.execute("SELECT id FROM chunks WHERE embedded = 1")}
+        if self.fts_ids() != ids:
+            problems.append("fts rows differ from chunk rows")
+        if self._vector_table() is not None and self.vector_ids() != embedded:
+            problems.append("vector rows differ from embedded chunk rows")
+        return problems

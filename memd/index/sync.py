@@ -1,0 +1,311 @@
+"""Sync: bring a workspace index in line with the Markdown on disk, file by file.
+
+Each changed file is replaced in one transaction (chunks, FTS rows, the vectors already in the
+cache, its file row), so keyword search sees it at once; the missing vectors are embedded next
+and added per file. A file whose vectors could not be made stays ``pending``: never reported
+clean. A different model or chunking rebuilds into a temporary database that is swapped in only
+when complete, while searches keep reading the old one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import apsw
+
+from memd.config import IndexConfig
+from memd.embed.base import Embedder, Vectors
+from memd.index.cache import EmbeddingCache
+from memd.index.chunk import chunk_text
+from memd.index.db import atomic, translate_errors
+from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
+from memd.index.index import Index
+from memd.index.store import NewChunk, Store
+from memd.workspace import SourceFile, discover
+
+__all__ = ["Progress", "SyncReport", "Syncer"]
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]
+# A file modified this recently may change again within the same timestamp tick ("racy git"):
+# compare its hash even when size and mtime match the index.
+RACY_NS = 2_000_000_000
+
+
+@dataclass
+class SyncReport:
+    """What one sync did."""
+
+    scanned: int = 0
+    indexed: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    chunks_written: int = 0
+    embedded: int = 0
+    cache_hits: int = 0
+    pending_files: int = 0
+    rebuilt: bool = False
+    reason: str | None = None
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Syncer:
+    """Indexes one workspace with one embedder (or none). Not thread-safe: one writer only."""
+
+    def __init__(
+        self,
+        index: Index,
+        root: Path,
+        *,
+        config: IndexConfig,
+        embedder: Embedder | None = None,
+        cache: EmbeddingCache | None = None,
+        extra_paths: tuple[str, ...] = (),
+        protect: bool = False,
+    ) -> None:
+        self.index = index
+        self.root = root
+        self.config = config
+        self.embedder = embedder
+        self.cache = cache
+        self.extra_paths = extra_paths
+        # True when the embedder is None because a provider is unavailable (not by choice):
+        # then an index with vectors is kept as it is instead of being rebuilt keyword-only.
+        self.protect = protect
+        self.last_error: str | None = None
+        self.last_sync: float | None = None  # wall-clock time of the last completed sync
+
+    # -- identity -------------------------------------------------------------------------------
+
+    def expected_identity(self) -> Identity:
+        e = self.embedder
+        chunking = {"chunk_tokens": self.config.chunk_tokens, "chunk_overlap": self.config.chunk_overlap}
+        if e is None:
+            return Identity("none", KEYWORD_ONLY_MODEL, "", 0, "none", max_tokens=0, **chunking)
+        store = "vec0" if self.index.vec.available else "plain"
+        return Identity(e.provider, e.model, e.settings_key, e.dims, store, max_tokens=e.max_tokens, **chunking)
+
+    def state(self) -> tuple[str, str | None]:
+        """("valid" | "missing" | "protected" | "mismatched", the differing field)."""
+        with self.index.reader() as store:
+            stored = Index.stored_identity(store.conn)
+        expected = self.expected_identity()
+        reason = expected.mismatch(stored)
+        if reason is None:
+            return "valid", None
+        if reason == "missing":
+            return "missing", reason
+        if self.protect and stored is not None and stored.semantic and not expected.semantic:
+            return "protected", reason
+        return "mismatched", reason
+
+    # -- sync -----------------------------------------------------------------------------------
+
+    def sync(
+        self, *, force: bool = False, embed: bool = True, progress: Progress | None = None
+    ) -> SyncReport:
+        """Reconcile the index with the files; rebuild when forced or when the identity changed.
+
+        With ``embed=False`` only the keyword rows are written (files with missing vectors stay
+        pending), which is how a first search on a new workspace gets its answer quickly.
+        """
+        started = time.monotonic()
+        state, reason = self.state()
+        if force or state == "mismatched":
+            report = self.rebuild(progress=progress, reason="forced" if force else reason)
+        else:
+            report = SyncReport(reason=reason)
+            writer = self.index.writer()
+            with translate_errors("sync"):
+                if state == "missing":
+                    if writer.counts()["files"]:
+                        return self.rebuild(progress=progress, reason="identity missing")
+                    with atomic(writer.conn):
+                        writer.set_identity(self.expected_identity().to_dict())
+                        writer = self.index.writer()  # a store that knows the vector table
+                        writer.ensure_vector_table()
+                self._reconcile(writer, report, progress, fresh=False)
+                if embed and state != "protected":
+                    self._embed_pending(writer, report, progress)
+                report.pending_files = writer.counts()["pending_files"]
+        report.seconds = time.monotonic() - started
+        if not report.errors:
+            self.last_sync = time.time()
+        return report
+
+    def rebuild(self, *, progress: Progress | None = None, reason: str | None = "forced") -> SyncReport:
+        """Build a complete new index in a temporary file and swap it in; the old one serves
+        searches meanwhile and stays untouched if anything fails."""
+        started = time.monotonic()
+        report = SyncReport(rebuilt=True, reason=reason)
+        temp = self.index.temp_path()
+        expected = self.expected_identity()
+        conn: apsw.Connection | None = None
+        try:
+            with translate_errors("rebuild"):
+                conn = self.index.open_temp(temp)
+                store = Store(conn, expected.vector_store, expected.dims)
+                with atomic(conn):
+                    store.set_identity(expected.to_dict())
+                    store.ensure_vector_table()
+                self._reconcile(store, report, progress, fresh=True)
+                self._embed_pending(store, report, progress)
+                counts = store.counts()
+                if counts["pending_files"]:
+                    raise _RebuildAborted(
+                        f"{counts['pending_files']} file(s) could not be embedded: {self.last_error}"
+                    )
+                if expected.semantic and counts["vectors"] != counts["chunks"]:
+                    raise _RebuildAborted(
+                        f"vector rows ({counts['vectors']}) differ from chunk rows ({counts['chunks']})"
+                    )
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                conn.close()
+                conn = None
+                self.index.swap_in(temp)
+                self.last_sync = time.time()
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            self.index.remove_temp_files()
+            if isinstance(exc, _RebuildAborted):
+                report.errors.append(("", f"rebuild abandoned, old index kept: {exc}"))
+                self.last_error = str(exc)
+                logger.warning("rebuild of %s abandoned, old index kept: %s", self.root, exc)
+            else:
+                raise
+        report.seconds = time.monotonic() - started
+        return report
+
+    # -- the two phases -------------------------------------------------------------------------
+
+    def _reconcile(
+        self, store: Store, report: SyncReport, progress: Progress | None, *, fresh: bool
+    ) -> None:
+        found = discover(self.root, self.extra_paths, self.config.max_file_bytes)
+        report.skipped = list(found.skipped)
+        stored = {} if fresh else store.files()
+        report.scanned = len(found.files)
+        now_ns = time.time_ns()
+        identity = Index.stored_identity(store.conn)
+        model = identity.model if identity else KEYWORD_ONLY_MODEL
+        for n, f in enumerate(found.files, 1):
+            if progress:
+                progress("scan", n, len(found.files))
+            row = stored.get(f.rel)
+            racy = now_ns - f.mtime_ns < RACY_NS
+            if row and row.size == f.size and row.mtime_ns == f.mtime_ns and not racy:
+                report.unchanged += 1
+                continue
+            try:
+                data = f.abs.read_bytes()
+            except FileNotFoundError:
+                continue  # vanished since the walk; the next sync removes its rows
+            except OSError as exc:
+                report.errors.append((f.rel, f"cannot read: {exc.strerror or exc}"))
+                continue
+            file_hash = hashlib.sha256(data).hexdigest()
+            if row and row.hash == file_hash:
+                if row.size != f.size or row.mtime_ns != f.mtime_ns:
+                    with atomic(store.conn):
+                        store.touch_file(f.rel, f.mtime_ns, f.size)
+                report.unchanged += 1
+                continue
+            self._index_file(store, f, data.decode("utf-8", "replace"), file_hash, model, report)
+        if found.complete:
+            present = {f.rel for f in found.files}
+            gone = [p for p, r in stored.items() if p not in present and r.source == "memory"]
+            for path in gone:
+                with atomic(store.conn):
+                    store.delete_file(path)
+                    store.bump_generation()
+                report.removed += 1
+
+    def _index_file(
+        self, store: Store, f: SourceFile, text: str, file_hash: str, model: str, report: SyncReport
+    ) -> None:
+        e = self.embedder
+        chunks = chunk_text(
+            text,
+            self.config.chunk_tokens,
+            self.config.chunk_overlap,
+            count_tokens=e.count_tokens if e else None,
+            max_tokens=e.max_tokens if e else None,
+        )
+        cached: dict[str, Vectors] = {}
+        if e is not None and self.cache is not None and store.vector_store != "none":
+            cached = self.cache.get_many(e.settings_key, (c.hash for c in chunks), e.dims)
+            report.cache_hits += sum(1 for c in chunks if c.hash in cached)
+        rows = [NewChunk(c.start_line, c.end_line, c.text, c.hash, cached.get(c.hash)) for c in chunks]
+        with atomic(store.conn):
+            store.replace_file(
+                path=f.rel,
+                source="memory",
+                kind=f.kind,
+                day=f.day.isoformat() if f.day else None,
+                file_hash=file_hash,
+                mtime_ns=f.mtime_ns,
+                size=f.size,
+                model=model,
+                chunks=rows,
+            )
+            store.bump_generation()
+        report.indexed += 1
+        report.chunks_written += len(rows)
+
+    def _embed_pending(self, store: Store, report: SyncReport, progress: Progress | None) -> None:
+        e = self.embedder
+        if e is None or store.vector_store == "none":
+            return
+        paths = store.pending_paths()
+        for n, path in enumerate(paths, 1):
+            if progress:
+                progress("embed", n, len(paths))
+            todo = store.unembedded(path)
+            try:
+                vectors = self._vectors_for(e, todo, report)
+            except Exception as exc:  # a provider failure: keep the file pending, say why
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                logger.warning("embedding %s failed: %s", path, self.last_error)
+                report.errors.append((path, f"embedding failed: {self.last_error}"))
+                with contextlib.suppress(apsw.Error), atomic(store.conn):
+                    store.set_file_error(path, self.last_error)
+                return  # the provider is down; later files would fail the same way
+            with atomic(store.conn):
+                store.add_vectors(path, vectors)
+                store.bump_generation()
+
+    def _vectors_for(
+        self, e: Embedder, todo: list[tuple[int, str, str]], report: SyncReport
+    ) -> dict[int, Vectors]:
+        by_hash: dict[str, Vectors] = {}
+        if self.cache is not None:
+            by_hash = self.cache.get_many(e.settings_key, (h for _, h, _ in todo), e.dims)
+            report.cache_hits += sum(1 for _, h, _ in todo if h in by_hash)
+        missing: dict[str, str] = {}
+        for _, h, text in todo:
+            if h not in by_hash:
+                missing.setdefault(h, text)
+        items = list(missing.items())
+        for start in range(0, len(items), e.batch_size):
+            batch = items[start : start + e.batch_size]
+            vectors = e.embed_batch([t for _, t in batch], kind="document")
+            fresh = {h: vectors[i] for i, (h, _) in enumerate(batch)}
+            if self.cache is not None:
+                self.cache.put_many(e.settings_key, e.provider, e.model, fresh)
+            by_hash.update(fresh)
+            report.embedded += len(batch)
+        return {chunk_id: by_hash[h] for chunk_id, h, _ in todo}
+
+
+class _RebuildAborted(Exception):
+    pass

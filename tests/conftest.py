@@ -1,0 +1,90 @@
+"""Shared fixtures: a private MEMD_HOME per test, workspace builders, and leak checks."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from memd.config import Config
+from memd.embed.fake import FakeEmbedder
+from memd.index.cache import EmbeddingCache
+from memd.index.index import Index
+from memd.index.sync import Syncer
+
+
+@pytest.fixture(autouse=True)
+def memd_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own MEMD_HOME, so no test touches a real user's state."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("MEMD_HOME", str(home))
+    for var in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "MEMD_CONFIG", "MEMD_LOCAL_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leaks() -> Iterator[None]:
+    """Fail a test that leaves threads running."""
+    before = set(threading.enumerate())
+    yield
+    gc.collect()
+    leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert not leaked, f"threads leaked: {leaked}"
+
+
+@pytest.fixture
+def config() -> Config:
+    return Config.load()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    return root
+
+
+WriteFile = Callable[[str, str], Path]
+
+
+@pytest.fixture
+def write(workspace: Path) -> WriteFile:
+    """Write a workspace-relative file (creating folders) and return its path."""
+
+    def _write(rel: str, text: str) -> Path:
+        path = workspace / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return _write
+
+
+@pytest.fixture
+def cache(config: Config) -> Iterator[EmbeddingCache]:
+    c = EmbeddingCache(config.cache_path)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def index(config: Config, workspace: Path) -> Iterator[Index]:
+    idx = Index(config.index_dir / "ws.sqlite", use_vec=config.index.sqlite_vec)
+    idx.open()
+    yield idx
+    idx.close()
+
+
+@pytest.fixture
+def fake() -> FakeEmbedder:
+    return FakeEmbedder()
+
+
+@pytest.fixture
+def syncer(index: Index, workspace: Path, config: Config, fake: FakeEmbedder,
+           cache: EmbeddingCache) -> Syncer:
+    return Syncer(index, workspace, config=config.index, embedder=fake, cache=cache)

@@ -1,0 +1,344 @@
+"""Sync on real files and a real SQLite index: hash skip, renames, deletions, rebuilds, pending."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from memd.config import Config, IndexConfig
+from memd.embed.fake import FakeEmbedder
+from memd.index.cache import EmbeddingCache
+from memd.index.index import Index
+from memd.index.sync import Syncer
+
+from .conftest import WriteFile
+
+NOTE = "# Notes\n\nThe deploy key lives in the vault.\nAlice prefers green tea.\n"
+
+
+def dump(index: Index) -> list[tuple[str, int, int, str, bool, bool, str]]:
+    with index.reader() as store:
+        return store.dump()
+
+
+def fresh_rebuild_dump(config: Config, workspace: Path, embedder: FakeEmbedder | None) -> list:
+    """The oracle: a brand-new index of the same files."""
+    idx = Index(config.index_dir / "oracle.sqlite", use_vec=config.index.sqlite_vec)
+    idx.open()
+    try:
+        Syncer(idx, workspace, config=config.index, embedder=embedder).sync()
+        return dump(idx)
+    finally:
+        idx.close()
+
+
+def test_first_sync_indexes_every_file(syncer: Syncer, index: Index, write: WriteFile) -> None:
+    write("MEMORY.md", NOTE)
+    write("memory/2026-01-02.md", "- met Bob about the launch\n")
+    report = syncer.sync()
+    assert (report.indexed, report.pending_files, report.errors) == (2, 0, [])
+    with index.reader() as store:
+        counts = store.counts()
+        assert index.writer().integrity() == []
+    assert counts["files"] == 2
+    assert counts["chunks"] == counts["vectors"] == counts["embedded_chunks"] == 2
+
+
+def test_unchanged_files_are_skipped_without_reading(
+    syncer: Syncer, fake: FakeEmbedder, write: WriteFile
+) -> None:
+    path = write("MEMORY.md", NOTE)
+    old = time.time_ns() - 10_000_000_000
+    os.utime(path, ns=(old, old))
+    syncer.sync()
+    calls = fake.calls
+    report = syncer.sync()
+    assert (report.indexed, report.unchanged) == (0, 1)
+    assert fake.calls == calls
+
+
+def test_touched_but_identical_file_is_not_reindexed(
+    syncer: Syncer, fake: FakeEmbedder, write: WriteFile, index: Index
+) -> None:
+    path = write("MEMORY.md", NOTE)
+    syncer.sync()
+    generation = _generation(index)
+    os.utime(path, ns=(time.time_ns(), time.time_ns() - 5_000_000_000))
+    report = syncer.sync()
+    assert (report.indexed, report.unchanged) == (0, 1)
+    assert _generation(index) == generation
+
+
+def test_edit_replaces_only_that_file(syncer: Syncer, write: WriteFile, index: Index) -> None:
+    write("MEMORY.md", NOTE)
+    write("memory/topic.md", "Rust notes\n")
+    syncer.sync()
+    write("memory/topic.md", "Python notes instead\n")
+    report = syncer.sync()
+    assert report.indexed == 1
+    texts = {row[0] for row in dump(index)}
+    assert texts == {"MEMORY.md", "memory/topic.md"}
+    with index.reader() as store:
+        chunk = store.chunks_by_id([r.id for r in store.keyword_candidates('"python"', None, 5)])
+    assert [c.text for c in chunk] == ["Python notes instead"]
+
+
+def test_deleted_file_rows_are_removed(syncer: Syncer, write: WriteFile, index: Index) -> None:
+    write("MEMORY.md", NOTE)
+    gone = write("memory/old.md", "obsolete plan\n")
+    syncer.sync()
+    gone.unlink()
+    report = syncer.sync()
+    assert report.removed == 1
+    with index.reader() as store:
+        assert set(store.files()) == {"MEMORY.md"}
+        assert store.keyword_candidates('"obsolete"', None, 5) == []
+        assert index.writer().integrity() == []
+
+
+def test_rename_does_not_embed_again(syncer: Syncer, fake: FakeEmbedder, workspace: Path,
+                                     write: WriteFile, index: Index) -> None:
+    write("memory/a.md", NOTE * 20)
+    syncer.sync()
+    embedded = fake.texts_embedded
+    assert embedded > 0
+    (workspace / "memory/a.md").rename(workspace / "memory/b.md")
+    report = syncer.sync()
+    assert (report.indexed, report.removed) == (1, 1)
+    assert fake.texts_embedded == embedded
+    assert report.cache_hits > 0
+    assert {row[0] for row in dump(index)} == {"memory/b.md"}
+    assert all(row[5] for row in dump(index)), "every chunk has its vector"
+
+
+def test_incremental_result_equals_fresh_rebuild(
+    syncer: Syncer, config: Config, workspace: Path, write: WriteFile, fake: FakeEmbedder, index: Index
+) -> None:
+    write("MEMORY.md", NOTE)
+    for day in range(1, 8):
+        write(f"memory/2026-02-0{day}.md", f"day {day}\n" + "line of log text\n" * (day * 40))
+    syncer.sync()
+    write("memory/2026-02-03.md", "rewritten\n")
+    (workspace / "memory/2026-02-05.md").unlink()
+    (workspace / "memory/2026-02-06.md").rename(workspace / "memory/renamed.md")
+    write("memory/new/deep.md", "a new topic file\n" * 300)
+    syncer.sync()
+    assert dump(index) == fresh_rebuild_dump(config, workspace, fake)
+
+
+def test_forced_rebuild_swaps_a_complete_index(
+    syncer: Syncer, write: WriteFile, index: Index, fake: FakeEmbedder
+) -> None:
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    before = dump(index)
+    embedded = fake.texts_embedded
+    report = syncer.sync(force=True)
+    assert report.rebuilt and report.errors == []
+    assert dump(index) == before
+    assert fake.texts_embedded == embedded, "a rebuild takes its vectors from the cache"
+    assert index.epoch == 1
+    assert list(index.path.parent.glob("*.tmp-*")) == []
+
+
+def test_interrupted_rebuild_leaves_old_index_intact(
+    syncer: Syncer, write: WriteFile, index: Index, fake: FakeEmbedder, config: Config,
+    workspace: Path, cache: EmbeddingCache,
+) -> None:
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    before = dump(index)
+    # A new model is configured, but it fails half-way: the rebuild must not publish.
+    other = FakeEmbedder(dims=32, model="other")
+    other.fail = True
+    rebuilding = Syncer(index, workspace, config=config.index, embedder=other, cache=cache)
+    report = rebuilding.sync()
+    assert report.rebuilt
+    assert "old index kept" in report.errors[-1][1]
+    assert dump(index) == before
+    assert list(index.path.parent.glob("*.tmp-*")) == []
+    # Once the model works the rebuild completes and the identity changes.
+    other.fail = False
+    report = rebuilding.sync()
+    assert report.errors == [] and report.rebuilt
+    with index.reader() as store:
+        assert store.identity()["model"] == "other"  # type: ignore[index]
+        assert index.writer().integrity() == []
+
+
+def test_leftovers_of_a_killed_rebuild_are_removed_at_open(config: Config) -> None:
+    path = config.index_dir / "ws.sqlite"
+    path.parent.mkdir(parents=True)
+    leftovers = [Path(f"{path}.tmp-dead{s}") for s in ("", "-wal", "-shm")]
+    for p in leftovers:
+        p.write_bytes(b"junk")
+    idx = Index(path)
+    idx.open()
+    idx.close()
+    assert not any(p.exists() for p in leftovers)
+
+
+def test_embedding_failure_keeps_file_pending_then_recovers(
+    syncer: Syncer, fake: FakeEmbedder, write: WriteFile, index: Index
+) -> None:
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    write("memory/new.md", "fresh fact about the rollout\n")
+    fake.fail = True
+    report = syncer.sync()
+    assert report.pending_files == 1
+    assert "embedding failed" in report.errors[0][1]
+    with index.reader() as store:
+        assert store.file("memory/new.md").pending == 1  # type: ignore[union-attr]
+        assert store.file("memory/new.md").error  # type: ignore[union-attr]
+        # keyword rows are usable before the vector exists
+        assert store.keyword_candidates('"rollout"', None, 5)
+    fake.fail = False
+    report = syncer.sync()
+    assert report.pending_files == 0 and report.embedded == 1
+    with index.reader() as store:
+        assert index.writer().integrity() == []
+
+
+def test_protection_rule_keeps_vectors_when_provider_disappears(
+    syncer: Syncer, write: WriteFile, index: Index, config: Config, workspace: Path,
+    cache: EmbeddingCache,
+) -> None:
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    vectors_before = dump(index)
+    unavailable = Syncer(index, workspace, config=config.index, embedder=None, cache=cache,
+                         protect=True)
+    assert unavailable.state() == ("protected", "provider")
+    write("memory/later.md", "written while the provider was down\n")
+    report = unavailable.sync()
+    assert not report.rebuilt and report.pending_files == 1
+    after = dump(index)
+    assert [r for r in after if r[0] == "MEMORY.md"] == vectors_before
+    with index.reader() as store:
+        assert store.identity()["provider"] == "fake"  # type: ignore[index]
+    # The provider comes back: the pending file gets its vectors, nothing is rebuilt.
+    report = syncer.sync()
+    assert not report.rebuilt and report.pending_files == 0
+
+
+def test_chosen_keyword_only_mode_rebuilds_without_vectors(
+    syncer: Syncer, write: WriteFile, index: Index, config: Config, workspace: Path
+) -> None:
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    report = Syncer(index, workspace, config=config.index, embedder=None).sync()
+    assert report.rebuilt and report.reason == "provider"
+    assert all(not row[5] and row[6] == "fts-only" for row in dump(index))
+
+
+def test_chunk_setting_change_triggers_rebuild(
+    syncer: Syncer, write: WriteFile, index: Index, workspace: Path, fake: FakeEmbedder,
+    cache: EmbeddingCache,
+) -> None:
+    write("MEMORY.md", "line\n" * 2000)
+    syncer.sync()
+    n = len(dump(index))
+    small = IndexConfig(chunk_tokens=100, chunk_overlap=10)
+    report = Syncer(index, workspace, config=small, embedder=fake, cache=cache).sync()
+    assert report.rebuilt and report.reason == "chunk_tokens"
+    assert len(dump(index)) > n
+
+
+def test_readers_keep_working_across_a_swap(syncer: Syncer, write: WriteFile, index: Index) -> None:
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    with index.reader() as store:
+        assert store.keyword_candidates('"vault"', None, 5)
+    syncer.rebuild()
+    with index.reader() as store:
+        assert store.keyword_candidates('"vault"', None, 5)
+
+
+def test_oversized_file_is_skipped_and_reported(
+    index: Index, workspace: Path, write: WriteFile
+) -> None:
+    write("memory/huge.md", "x" * 5000)
+    write("MEMORY.md", NOTE)
+    report = Syncer(index, workspace, config=IndexConfig(max_file_bytes=1000)).sync()
+    assert [p for p, _ in report.skipped] == ["memory/huge.md"]
+    with index.reader() as store:
+        assert set(store.files()) == {"MEMORY.md"}
+
+
+@pytest.mark.parametrize("use_vec", [True, False])
+def test_numpy_fallback_and_vec0_store_the_same_rows(
+    use_vec: bool, config: Config, workspace: Path, write: WriteFile, fake: FakeEmbedder
+) -> None:
+    write("MEMORY.md", NOTE)
+    idx = Index(config.index_dir / f"v{use_vec}.sqlite", use_vec=use_vec)
+    idx.open()
+    try:
+        Syncer(idx, workspace, config=config.index, embedder=fake).sync()
+        assert idx.writer().integrity() == []
+        with idx.reader() as store:
+            assert store.vector_store == ("vec0" if use_vec else "plain")
+            rows = store.vector_candidates(fake.embed_query("green tea"), None, 3)
+        assert rows and rows[0].path == "MEMORY.md"
+        if not use_vec:
+            assert "disabled" in idx.vec.error
+    finally:
+        idx.close()
+
+
+def _generation(index: Index) -> int:
+    with index.reader() as store:
+        return store.generation()
+
+
+KILL_SCRIPT = """
+import sys, time
+from pathlib import Path
+from memd.config import IndexConfig
+from memd.embed.fake import FakeEmbedder
+from memd.index.index import Index
+from memd.index.sync import Syncer
+
+class Slow(FakeEmbedder):
+    def embed_batch(self, texts, *, kind="document"):
+        print("embedding", flush=True)
+        time.sleep(0.2)
+        return super().embed_batch(texts, kind=kind)
+
+index = Index(Path(sys.argv[1]))
+index.open()
+Syncer(index, Path(sys.argv[2]), config=IndexConfig(), embedder=Slow(dims=32, model="slow"),
+       cache=None).rebuild()
+print("finished", flush=True)
+"""
+
+
+def test_rebuild_killed_midway_leaves_old_index_intact(
+    syncer: Syncer, write: WriteFile, index: Index, workspace: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    for i in range(30):
+        write(f"memory/topic-{i}.md", f"topic {i}\n" + "some remembered detail\n" * 200)
+    syncer.sync()
+    before = dump(index)
+    index.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(index.path), str(workspace)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "embedding"  # the rebuild is under way
+    assert list(index.path.parent.glob("*.tmp-*")), "the rebuild writes a temporary database"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    index.open()  # as the daemon does at start: leftovers go, the old index is what it was
+    assert list(index.path.parent.glob("*.tmp-*")) == []
+    assert dump(index) == before
+    assert index.writer().integrity() == []
