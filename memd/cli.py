@@ -1,0 +1,194 @@
+"""The ``memd`` command: index, search and read a workspace in-process.
+
+    memd index ~/agent            # build or refresh the index
+    memd search ~/agent "when is the launch?"
+    memd get ~/agent memory/2026-03-01.md --from 10 --lines 20
+    memd status ~/agent --json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from memd import __version__
+from memd.config import Config
+from memd.logs import configure_logging
+from memd.service import MemoryService
+from memd_client.errors import MemdError
+
+__all__ = ["main"]
+
+
+@contextmanager
+def _service(ctx: click.Context) -> Iterator[MemoryService]:
+    try:
+        config = Config.load(ctx.obj.get("config"))
+        service = MemoryService(config)
+    except MemdError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        yield service
+    except MemdError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        service.close()
+
+
+def _progress(phase: str, done: int, total: int) -> None:
+    if sys.stderr.isatty() and (done == total or done % 25 == 0):
+        click.echo(f"\r{phase}: {done}/{total}", err=True, nl=done == total)
+
+
+@click.group()
+@click.version_option(__version__, prog_name="memd")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="Config file (default: $XDG_CONFIG_HOME/memd/config.toml).")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, log_level: str) -> None:
+    """memd: a local memory service for AI agents."""
+    configure_logging(log_level)
+    ctx.ensure_object(dict)
+    ctx.obj["config"] = config_path
+
+
+@cli.command("index")
+@click.argument("workspace", type=click.Path(file_okay=False, exists=True))
+@click.option("--force", is_flag=True, help="Rebuild from scratch (safely, in a temporary file).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def index_cmd(ctx: click.Context, workspace: str, force: bool, as_json: bool) -> None:
+    """Index WORKSPACE (only what changed, unless --force)."""
+    with _service(ctx) as service:
+        report = service.sync(workspace, force=force, progress=_progress)
+        if as_json:
+            click.echo(json.dumps(report.__dict__, default=str, indent=2))
+        else:
+            click.echo(
+                f"{report.scanned} files: {report.indexed} indexed, {report.unchanged} unchanged, "
+                f"{report.removed} removed; {report.chunks_written} chunks written, "
+                f"{report.embedded} embedded, {report.pending_files} pending "
+                f"({report.seconds:.2f}s)" + (" [rebuilt]" if report.rebuilt else "")
+            )
+            for path, why in report.skipped:
+                click.echo(f"skipped {path}: {why}", err=True)
+        for path, why in report.errors:
+            click.echo(f"error {path or '(index)'}: {why}", err=True)
+        if report.errors:
+            ctx.exit(1)
+
+
+@cli.command("search")
+@click.argument("workspace", type=click.Path(file_okay=False, exists=True))
+@click.argument("query")
+@click.option("-n", "--max-results", type=int, default=None)
+@click.option("--min-score", type=float, default=None)
+@click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def search_cmd(ctx: click.Context, workspace: str, query: str, max_results: int | None,
+               min_score: float | None, mode: str | None, as_json: bool) -> None:
+    """Search WORKSPACE for QUERY."""
+    with _service(ctx) as service:
+        outcome = service.search(workspace, query, max_results=max_results, min_score=min_score,
+                                 mode=mode)
+        if as_json:
+            payload: dict[str, Any] = {
+                "results": [h.to_dict() for h in outcome.results],
+                "mode": outcome.mode, "provider": outcome.provider, "model": outcome.model,
+                "note": outcome.note,
+            }
+            click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+            return
+        if outcome.note:
+            click.echo(f"note: {outcome.note}", err=True)
+        for hit in outcome.results:
+            click.echo(f"{hit.score:.3f}  {hit.path}#L{hit.start_line}-L{hit.end_line}")
+            for line in hit.snippet.splitlines()[:3]:
+                click.echo(f"    {line[:120]}")
+
+
+@cli.command("get")
+@click.argument("workspace", type=click.Path(file_okay=False, exists=True))
+@click.argument("path")
+@click.option("--from", "from_line", type=int, default=1, show_default=True)
+@click.option("--lines", type=int, default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def get_cmd(ctx: click.Context, workspace: str, path: str, from_line: int, lines: int | None,
+            as_json: bool) -> None:
+    """Print lines of a memory file of WORKSPACE."""
+    with _service(ctx) as service:
+        result = service.get(workspace, path, from_line, lines)
+        if as_json:
+            click.echo(json.dumps(result.__dict__, ensure_ascii=False, indent=2))
+        else:
+            click.echo(result.text)
+            if result.truncated:
+                click.echo(f"[more: --from {result.next_from}]", err=True)
+
+
+@cli.command("status")
+@click.argument("workspace", type=click.Path(file_okay=False, exists=True))
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def status_cmd(ctx: click.Context, workspace: str, as_json: bool) -> None:
+    """Show how complete and fresh the index of WORKSPACE is."""
+    with _service(ctx) as service:
+        st = service.status(workspace)
+        if as_json:
+            click.echo(json.dumps(st, indent=2, default=str))
+            return
+        p, v = st["provider"], st["vector_store"]
+        click.echo(f"Workspace: {st['root']}")
+        click.echo(f"Index: {st['index_path']} ({st['index_bytes']} bytes)")
+        click.echo(f"Indexed: {st['files_indexed']}/{st['files_on_disk']} files · {st['chunks']} chunks"
+                   f" · {st['files_pending']} pending · {st['files_stale']} stale")
+        click.echo(f"Dirty: {'yes' if st['dirty'] else 'no'}")
+        click.echo(f"Provider: {p['active']} (requested: {p['requested']}) model {p['model']}")
+        for skipped in p["skipped"]:
+            click.echo(f"  skipped {skipped['provider']}: {skipped['reason']}")
+        click.echo(f"Identity: {st['identity']['state']}"
+                   + (f" ({st['identity']['reason']})" if st["identity"]["reason"] else ""))
+        click.echo(f"Vectors: {v['kind']} · {st['vectors']} rows"
+                   + (f" · sqlite-vec {v['sqlite_vec_version']}" if v["sqlite_vec"] else
+                      f" · numpy scan ({v['reason']})"))
+        click.echo(f"Embedding cache: {st['cache_entries']} entries")
+        for path_reason in st["files_skipped"]:
+            click.echo(f"  skipped {path_reason['path']}: {path_reason['reason']}")
+        for path, err in st["file_errors"].items():
+            click.echo(f"  error {path}: {err}")
+
+
+@cli.command("dump")
+@click.argument("workspace", type=click.Path(file_okay=False, exists=True))
+@click.pass_context
+def dump_cmd(ctx: click.Context, workspace: str) -> None:
+    """Print the logical content of the index (one JSON row per chunk), for comparisons."""
+    with _service(ctx) as service:
+        for row in service.dump(workspace):
+            click.echo(json.dumps(row))
+
+
+@cli.command("check-config")
+@click.pass_context
+def check_config_cmd(ctx: click.Context) -> None:
+    """Load the configuration and print it, or name what is wrong with it."""
+    try:
+        config = Config.load(ctx.obj.get("config"))
+    except MemdError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"# from {config.source}")
+    click.echo(json.dumps({k: v for k, v in config.__dict__.items() if k not in ("dirs",)},
+                          default=lambda o: o.__dict__, indent=2))
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv, prog_name="memd")

@@ -1,0 +1,324 @@
+"""Hybrid search (SPEC §6): FTS5 keyword and vector candidates merged, decayed, diversified.
+
+Keyword queries OR their terms and let BM25 rank, so natural-language questions find the chunks
+that hold most of their words; CJK runs become bigram terms.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timezone
+from typing import Literal
+
+from memd.config import SearchConfig
+from memd.embed.base import Embedder
+from memd.index.index import Index
+from memd.index.store import ChunkRow, Store
+from memd.text import mmr_tokens, query_terms
+
+__all__ = ["Hit", "SearchOptions", "SearchOutcome", "keyword_match", "search"]
+
+Mode = Literal["hybrid", "keyword", "vector"]
+DAY = 86_400.0
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """One search's knobs; ``from_config`` fills them from ``[search]``."""
+
+    mode: Mode = "hybrid"
+    max_results: int = 6
+    min_score: float = 0.35
+    sources: tuple[str, ...] | None = None
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+    candidate_multiplier: int = 4
+    snippet_chars: int = 700
+    decay: bool = False
+    half_life_days: float = 30.0
+    mmr: bool = False
+    mmr_lambda: float = 0.7
+
+    @classmethod
+    def from_config(cls, config: SearchConfig, **overrides: object) -> SearchOptions:
+        base = cls(
+            mode=config.mode,
+            max_results=config.max_results,
+            min_score=config.min_score,
+            vector_weight=config.vector_weight,
+            text_weight=config.text_weight,
+            candidate_multiplier=config.candidate_multiplier,
+            snippet_chars=config.snippet_chars,
+            decay=config.decay,
+            half_life_days=config.half_life_days,
+            mmr=config.mmr,
+            mmr_lambda=config.mmr_lambda,
+        )
+        return replace(base, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+
+    @property
+    def candidates(self) -> int:
+        return min(200, max(1, self.max_results * self.candidate_multiplier))
+
+
+@dataclass
+class Hit:
+    path: str
+    start_line: int
+    end_line: int
+    score: float
+    snippet: str
+    source: str
+    vector_score: float = 0.0
+    text_score: float = 0.0
+    chunk_id: int = field(default=0, repr=False)
+    keyword: bool = field(default=False, repr=False)
+    exact: bool = field(default=False, repr=False)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "start_line": self.start_line,
+            "end_line": self.end_line,
+            "score": round(self.score, 6),
+            "snippet": self.snippet,
+            "source": self.source,
+            "vector_score": round(self.vector_score, 6),
+            "text_score": round(self.text_score, 6),
+        }
+
+
+@dataclass
+class SearchOutcome:
+    results: list[Hit]
+    mode: str  # the mode actually used
+    provider: str
+    model: str
+    note: str | None = None  # why the mode used differs from the one asked for
+
+
+def keyword_match(query: str) -> tuple[str | None, list[str]]:
+    """Build the FTS5 MATCH expression (terms OR-ed) and the lower-cased terms for boosting."""
+    words, runs = query_terms(query)
+    terms: list[str] = []
+    boost_terms: list[str] = list(words)
+    for word in words:
+        terms.append('"' + word.replace('"', "") + '"')
+    for run in runs:
+        if len(run) == 1:
+            terms.append(f'uni : "{run}"')
+            boost_terms.append(run)
+        else:
+            grams = list(dict.fromkeys(run[i : i + 2] for i in range(len(run) - 1)))
+            terms.extend(f'"{g}"' for g in grams)
+            boost_terms.extend(grams)
+    if not terms:
+        return None, []
+    return " OR ".join(terms), boost_terms
+
+
+def bm25_to_score(rank: float) -> float:
+    """Map an FTS5 bm25 rank (negative, lower is better) into [0, 1) as the reference does."""
+    if not math.isfinite(rank):
+        return 1 / 1000
+    if rank < 0:
+        r = -rank
+        return r / (1 + r)
+    return 1 / (1 + rank)
+
+
+def search(
+    index: Index,
+    query: str,
+    options: SearchOptions,
+    *,
+    embedder: Embedder | None,
+    now: float | None = None,
+) -> SearchOutcome:
+    """Run one search over ``index``; the query vector comes from ``embedder`` when it fits."""
+    query = query.strip()
+    with index.reader() as store:
+        identity = Index.stored_identity(store.conn)
+        provider = identity.provider if identity else "none"
+        model = identity.model if identity else "fts-only"
+        if not query:
+            return SearchOutcome([], options.mode, provider, model)
+        note = None
+        vector_ok = (
+            embedder is not None
+            and identity is not None
+            and identity.semantic
+            and store.vector_store != "none"
+            and embedder.settings_key == identity.settings_key
+        )
+        mode: Mode = options.mode
+        if mode != "keyword" and not vector_ok:
+            note = _why_no_vectors(embedder, identity, store)
+            mode = "keyword"
+        match, boost_terms = keyword_match(query)
+        keyword_rows: list[ChunkRow] = []
+        if mode != "vector" and match:
+            keyword_rows = store.keyword_candidates(match, options.sources, options.candidates)
+        if mode == "keyword":
+            hits = _keyword_only(store, keyword_rows, boost_terms, options, now)
+            return SearchOutcome(hits, mode, provider, model, note)
+        assert embedder is not None
+        qvec = embedder.embed_query(query)
+        vector_rows = store.vector_candidates(qvec, options.sources, options.candidates)
+        hits = _merge(vector_rows, keyword_rows, boost_terms, options, hybrid=mode == "hybrid")
+        hits = _finish(store, hits, options, now)
+        return SearchOutcome(hits, mode, provider, model, note)
+
+
+def _why_no_vectors(embedder: Embedder | None, identity: object, store: Store) -> str:
+    if embedder is None:
+        return "no embedding provider: keyword search only"
+    if identity is None or not getattr(identity, "semantic", False):
+        return "the index holds no vectors yet: keyword search only"
+    if store.vector_store == "none":
+        return "the vector store cannot be read (sqlite-vec unavailable): keyword search only"
+    return "the index was built with another embedding model and is being rebuilt: keyword search only"
+
+
+def _snippet(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit]
+
+
+def _keyword_hits(
+    rows: Sequence[ChunkRow], terms: Sequence[str], options: SearchOptions,
+    tokens: dict[int, set[str]],
+) -> list[Hit]:
+    wanted = set(terms)
+    hits = []
+    for row in rows:
+        tokens[row.id] = mmr_tokens(row.text)
+        exact = bool(wanted) and wanted <= tokens[row.id]
+        hits.append(
+            Hit(row.path, row.start_line, row.end_line, 0.0, _snippet(row.text, options.snippet_chars),
+                row.source, text_score=bm25_to_score(row.score), chunk_id=row.id, keyword=True,
+                exact=exact)
+        )
+    return hits
+
+
+def _boost(hit: Hit, text: str, tokens: set[str], terms: Sequence[str]) -> float:
+    """The reference's keyword-only ranking: overlap, density, path and length on top of BM25."""
+    query = list(dict.fromkeys(terms))
+    if not query:
+        return hit.text_score
+    overlap = sum(1 for t in query if t in tokens)
+    unique_overlap = overlap / len(query)
+    density = overlap / max(1, len(tokens))
+    path = hit.path.lower()
+    path_boost = 0.18 * sum(1 for t in query if t in path)
+    length_boost = min(len(text) / 160, 0.18)
+    return hit.text_score + 0.45 * unique_overlap + 0.2 * density + path_boost + length_boost
+
+
+def _keyword_only(
+    store: Store, rows: Sequence[ChunkRow], terms: Sequence[str], options: SearchOptions,
+    now: float | None,
+) -> list[Hit]:
+    tokens: dict[int, set[str]] = {}
+    hits = _keyword_hits(rows, terms, options, tokens)
+    texts = {r.id: r.text for r in rows}
+    for hit in hits:
+        hit.score = _boost(hit, texts[hit.chunk_id], tokens[hit.chunk_id], terms)
+    _decay(store, hits, options, now)
+    hits.sort(key=lambda h: (-h.score, -h.text_score, h.path, h.start_line))
+    if options.mmr:
+        hits = _mmr(hits, options.mmr_lambda)
+    for hit in hits:
+        hit.score = min(1.0, hit.score)
+    kept = [h for h in hits if h.score >= options.min_score] or hits
+    return kept[: options.max_results]
+
+
+def _merge(
+    vector_rows: Sequence[ChunkRow], keyword_rows: Sequence[ChunkRow], terms: Sequence[str],
+    options: SearchOptions, *, hybrid: bool,
+) -> list[Hit]:
+    by_id: dict[int, Hit] = {}
+    for row in vector_rows:
+        by_id[row.id] = Hit(row.path, row.start_line, row.end_line, 0.0,
+                            _snippet(row.text, options.snippet_chars), row.source,
+                            vector_score=max(0.0, min(1.0, row.score)), chunk_id=row.id)
+    if hybrid:
+        for hit in _keyword_hits(keyword_rows, terms, options, {}):
+            if hit.chunk_id in by_id:
+                existing = by_id[hit.chunk_id]
+                existing.text_score, existing.keyword, existing.exact = hit.text_score, True, hit.exact
+            else:
+                by_id[hit.chunk_id] = hit
+    vw, tw = options.vector_weight, options.text_weight if hybrid else 0.0
+    if vw + tw == 0:
+        vw, tw = 0.7, 0.3
+    for hit in by_id.values():
+        hit.score = (vw * hit.vector_score + tw * hit.text_score) / (vw + tw)
+    return list(by_id.values())
+
+
+def _finish(store: Store, hits: list[Hit], options: SearchOptions, now: float | None) -> list[Hit]:
+    _decay(store, hits, options, now)
+    hits.sort(key=lambda h: (-h.score, h.path, h.start_line))
+    if options.mmr:
+        hits = _mmr(hits, options.mmr_lambda)
+    kept = [h for h in hits if h.score >= options.min_score or h.exact]
+    if not kept:
+        # Exact keyword hits are never silently dropped by the hybrid threshold.
+        kept = [h for h in hits if h.keyword]
+    return kept[: options.max_results]
+
+
+def _decay(store: Store, hits: list[Hit], options: SearchOptions, now: float | None) -> None:
+    if not options.decay or not hits:
+        return
+    now = time.time() if now is None else now
+    ages = store.file_ages(h.path for h in hits)
+    rate = math.log(2) / options.half_life_days
+    for hit in hits:
+        info = ages.get(hit.path)
+        if info is None:
+            continue
+        kind, day, mtime_ns = info
+        if kind in ("evergreen", "topic") and hit.source == "memory":
+            continue
+        if kind == "daily" and day:
+            d = date.fromisoformat(day)
+            when = datetime(d.year, d.month, d.day, tzinfo=timezone.utc).timestamp()
+        else:
+            when = mtime_ns / 1e9
+        age_days = max(0.0, (now - when) / DAY)
+        hit.score *= math.exp(-rate * age_days)
+
+
+def _mmr(hits: list[Hit], lam: float) -> list[Hit]:
+    """Greedy maximal-marginal-relevance order (Jaccard over tokens)."""
+    if len(hits) < 2 or lam >= 1.0:
+        return hits
+    scores = [h.score for h in hits]
+    lo, hi = min(scores), max(scores)
+    rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
+    tokens = [mmr_tokens(h.snippet) for h in hits]
+    chosen: list[int] = []
+    left = list(range(len(hits)))
+    while left:
+        def value(i: int) -> tuple[float, float]:
+            sim = max((_jaccard(tokens[i], tokens[j]) for j in chosen), default=0.0)
+            return (lam * rel[i] - (1 - lam) * sim, hits[i].score)
+
+        best = max(left, key=value)
+        chosen.append(best)
+        left.remove(best)
+    return [hits[i] for i in chosen]
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    if not a and not b:
+        return 1.0
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)

@@ -1,0 +1,222 @@
+"""The operations memd offers (search, get, sync, status), as plain Python over the index.
+
+The daemon's socket layer calls these; so does the ``memd`` command for one-shot use. Each
+workspace has one Index and one Syncer; writes to a workspace are serialised by its lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memd.config import Config
+from memd.embed.base import Embedder
+from memd.embed.select import Choice, choose_embedder
+from memd.files import GetResult, read_lines
+from memd.index.cache import EmbeddingCache
+from memd.index.index import Index
+from memd.index.sync import Progress, SyncReport, Syncer
+from memd.search import SearchOptions, SearchOutcome, search
+from memd.workspace import discover
+from memd_client.errors import BadRequest, UnknownWorkspace
+
+__all__ = ["MemoryService", "Workspace"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Workspace:
+    """A workspace memd serves, with its index and the lock that serialises its writes."""
+
+    name: str
+    root: Path
+    extra_paths: tuple[str, ...]
+    index: Index
+    syncer: Syncer
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_report: SyncReport | None = None
+
+
+def _slug(root: Path) -> str:
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name).strip("-.") or "workspace"
+    return f"{name[:40]}-{digest}"
+
+
+class MemoryService:
+    """Every workspace memd knows, one embedder, one shared embedding cache."""
+
+    def __init__(self, config: Config, *, choice: Choice | None = None) -> None:
+        self.config = config
+        self.choice = choice or choose_embedder(config.embedding)
+        self.cache = EmbeddingCache(config.cache_path, max_entries=config.embedding.cache_max_entries)
+        self._workspaces: dict[Path, Workspace] = {}
+        self._names: dict[str, Path] = {}
+        self._lock = threading.Lock()
+        for ws in config.workspaces:
+            self.add_workspace(ws.path, name=ws.name, extra_paths=ws.extra_paths)
+
+    @property
+    def embedder(self) -> Embedder | None:
+        return self.choice.embedder
+
+    def close(self) -> None:
+        with self._lock:
+            for ws in self._workspaces.values():
+                with ws.lock:
+                    ws.index.close()
+            self._workspaces.clear()
+            self._names.clear()
+        self.cache.close()
+        if self.embedder is not None:
+            self.embedder.close()
+
+    # -- workspaces -----------------------------------------------------------------------------
+
+    def add_workspace(
+        self, path: str | Path, *, name: str = "", extra_paths: tuple[str, ...] = ()
+    ) -> Workspace:
+        """Register a workspace directory (idempotent) and open its index."""
+        root = Path(path).expanduser()
+        if not root.is_dir():
+            raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory")
+        root = root.resolve()
+        with self._lock:
+            if root in self._workspaces:
+                return self._workspaces[root]
+            name = name or root.name
+            if name in self._names and self._names[name] != root:
+                raise BadRequest(f"workspace name {name!r} is already used by {self._names[name]}")
+            index = Index(self.config.index_dir / f"{_slug(root)}.sqlite",
+                          use_vec=self.config.index.sqlite_vec)
+            index.open()
+            syncer = Syncer(
+                index, root, config=self.config.index, embedder=self.embedder, cache=self.cache,
+                extra_paths=extra_paths, protect=self.choice.protect,
+            )
+            ws = Workspace(name, root, extra_paths, index, syncer)
+            self._workspaces[root] = ws
+            self._names[name] = root
+            logger.info("workspace %s at %s (index %s)", name, root, index.path)
+            return ws
+
+    def workspace(self, ref: str) -> Workspace:
+        """Find a workspace by registered name or path; an unregistered directory is added."""
+        if not isinstance(ref, str) or not ref:
+            raise BadRequest("workspace must be a non-empty string")
+        with self._lock:
+            if ref in self._names:
+                return self._workspaces[self._names[ref]]
+        candidate = Path(ref).expanduser()
+        if candidate.is_absolute() and candidate.is_dir():
+            resolved = candidate.resolve()
+            with self._lock:
+                if resolved in self._workspaces:
+                    return self._workspaces[resolved]
+            return self.add_workspace(resolved)
+        raise UnknownWorkspace(f"unknown workspace {ref!r} (not a registered name or a directory)")
+
+    def workspaces(self) -> list[Workspace]:
+        with self._lock:
+            return list(self._workspaces.values())
+
+    # -- operations -----------------------------------------------------------------------------
+
+    def sync(self, ref: str, *, force: bool = False, embed: bool = True,
+             progress: Progress | None = None) -> SyncReport:
+        ws = self.workspace(ref)
+        with ws.lock:
+            report = ws.syncer.sync(force=force, embed=embed, progress=progress)
+            ws.last_report = report
+        return report
+
+    def search(self, ref: str, query: str, **overrides: Any) -> SearchOutcome:
+        """Search one workspace; a never-indexed workspace gets its keyword rows first."""
+        if not isinstance(query, str):
+            raise BadRequest("query must be a string")
+        ws = self.workspace(ref)
+        if ws.syncer.last_sync is None and self._never_indexed(ws):
+            self.sync(ref, embed=False)
+        options = SearchOptions.from_config(self.config.search, **overrides)
+        return search(ws.index, query, options, embedder=self.embedder)
+
+    @staticmethod
+    def _never_indexed(ws: Workspace) -> bool:
+        with ws.index.reader() as store:
+            return store.identity() is None
+
+    def get(self, ref: str, path: str, from_line: int = 1, lines: int | None = None) -> GetResult:
+        ws = self.workspace(ref)
+        return read_lines(
+            ws.root, path, from_line=from_line, lines=lines or self.config.get.default_lines,
+            max_chars=self.config.get.max_chars, extra_paths=ws.extra_paths,
+        )
+
+    def status(self, ref: str) -> dict[str, Any]:
+        """Everything a person needs to trust (or distrust) one workspace's index."""
+        ws = self.workspace(ref)
+        found = discover(ws.root, ws.extra_paths, self.config.index.max_file_bytes)
+        state, reason = ws.syncer.state()
+        with ws.index.reader() as store:
+            counts = store.counts()
+            identity = store.identity() or {}
+            generation = store.generation()
+            vector_store = store.vector_store
+            files = store.files()
+        on_disk = {f.rel for f in found.files}
+        stale = sorted(
+            f.rel for f in found.files
+            if f.rel not in files or (files[f.rel].size, files[f.rel].mtime_ns) != (f.size, f.mtime_ns)
+        )
+        removed = sorted(p for p, r in files.items() if p not in on_disk and r.source == "memory")
+        errors = {p: r.error for p, r in files.items() if r.error}
+        vec = ws.index.vec
+        return {
+            "workspace": ws.name,
+            "root": str(ws.root),
+            "index_path": str(ws.index.path),
+            "index_bytes": ws.index.path.stat().st_size if ws.index.path.exists() else 0,
+            "generation": generation,
+            "identity": {"state": state, "reason": reason, **identity},
+            "files_on_disk": len(found.files),
+            "files_indexed": counts["files"],
+            "files_stale": len(stale) + len(removed),
+            "files_pending": counts["pending_files"],
+            "files_skipped": [{"path": p, "reason": r} for p, r in found.skipped],
+            "file_errors": errors,
+            "chunks": counts["chunks"],
+            "vectors": counts["vectors"],
+            "vectors_match_chunks": counts["vectors"] == counts["embedded_chunks"],
+            "dirty": bool(stale or removed or counts["pending_files"] or state == "mismatched"),
+            "provider": {
+                "requested": self.choice.requested,
+                "active": self.embedder.provider if self.embedder else "none",
+                "model": self.embedder.model if self.embedder else "fts-only",
+                "dims": self.embedder.dims if self.embedder else 0,
+                "skipped": [{"provider": p, "reason": r} for p, r in self.choice.skipped],
+                "last_error": ws.syncer.last_error,
+            },
+            "vector_store": {
+                "kind": vector_store,
+                "sqlite_vec": vec.available,
+                "sqlite_vec_version": vec.version,
+                "reason": vec.error or None,
+            },
+            "fts": {"available": True, "tokenizer": identity.get("fts")},
+            "last_sync": ws.syncer.last_sync,
+            "cache_entries": self.cache.count(),
+            "checked_at": time.time(),
+        }
+
+    def dump(self, ref: str) -> list[tuple[str, int, int, str, bool, bool, str]]:
+        """The logical content of a workspace index (the oracle of rebuild tests)."""
+        ws = self.workspace(ref)
+        with ws.index.reader() as store:
+            return store.dump()

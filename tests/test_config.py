@@ -1,0 +1,118 @@
+"""Config precedence (argument > environment > file > default) and errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memd.config import Config
+from memd_client.errors import ConfigError
+
+
+def write_config(home: Path, text: str) -> Path:
+    path = home / "config" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_defaults_and_memd_home(memd_home: Path) -> None:
+    c = Config.load()
+    assert c.source == "defaults"
+    assert (c.index.chunk_tokens, c.index.chunk_overlap) == (400, 80)
+    assert (c.search.max_results, c.search.min_score, c.search.mode) == (6, 0.35, "hybrid")
+    assert c.watch.debounce_ms == 1500
+    assert c.index_dir == memd_home / "state" / "indexes"
+    assert c.config_file == memd_home / "config" / "config.toml"
+    assert c.dirs.runtime == memd_home / "run"
+
+
+def test_xdg_directories_without_memd_home(tmp_path: Path) -> None:
+    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+           "XDG_STATE_HOME": str(tmp_path / "st"), "XDG_RUNTIME_DIR": str(tmp_path / "rt")}
+    c = Config.load(env=env)
+    assert c.config_file == tmp_path / "cfg" / "memd" / "config.toml"
+    assert c.index_dir == tmp_path / "st" / "memd" / "indexes"
+    assert c.dirs.runtime == tmp_path / "rt" / "memd" and c.dirs.runtime_private
+
+
+def test_precedence_argument_env_file_default(memd_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(memd_home, "[search]\nmax_results = 3\nmin_score = 0.5\n[index]\nsqlite_vec = false\n")
+    c = Config.load()
+    assert (c.search.max_results, c.search.min_score, c.index.sqlite_vec) == (3, 0.5, False)
+    assert c.source.endswith("config.toml")
+    monkeypatch.setenv("MEMD_SEARCH_MAX_RESULTS", "9")
+    monkeypatch.setenv("MEMD_INDEX_SQLITE_VEC", "yes")
+    c = Config.load()
+    assert (c.search.max_results, c.search.min_score, c.index.sqlite_vec) == (9, 0.5, True)
+    c = Config.load(search__max_results=12)
+    assert c.search.max_results == 12
+
+
+def test_workspaces_and_aliases(memd_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(memd_home, '[[workspaces]]\npath = "~/a"\nname = "a"\nextra_paths = ["notes"]\n')
+    monkeypatch.setenv("MEMD_LOCAL_MODEL", "/models/x.gguf")
+    monkeypatch.setenv("MEMD_TIMEZONE", "Asia/Tokyo")
+    c = Config.load()
+    assert c.workspaces[0].path == "~/a" and c.workspaces[0].extra_paths == ("notes",)
+    assert c.embedding.model_path == "/models/x.gguf"
+    assert c.timezone == "Asia/Tokyo"
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[search]\nmax_reslts = 3\n", "unknown key search.max_reslts"),
+        ("bogus = 1\n", "unknown key bogus"),
+        ("[search]\nmax_results = 'six'\n", "search.max_results must be a whole number"),
+        ("[search]\nmax_results = 0\n", "search.max_results must be from 1 to 100"),
+        ("[search]\nmode = 'fuzzy'\n", "search.mode must be one of hybrid, keyword, vector"),
+        ("[search]\nmin_score = 2\n", "search.min_score must be from 0 to 1"),
+        ("[index]\nchunk_overlap = 400\n", "index.chunk_overlap must be at least 0 and below"),
+        ("[index]\nsqlite_vec = 'yes'\n", "index.sqlite_vec must be true or false"),
+        ("[embedding]\nprovider = 'magic'\n", "embedding.provider must be one of"),
+        ("search = 3\n", "[search] must be a table"),
+        ("[[workspaces]]\nname = 'x'\n", "workspaces[0].path is required"),
+        ("[[workspaces]]\npath = 'x'\ncolour = 1\n", "unknown key workspaces[0].colour"),
+        ("timezone = 'Mars/Olympus'\n", "not a known IANA time zone"),
+        ("[search\n", "config.toml"),
+    ],
+)
+def test_bad_files_name_the_key(memd_home: Path, toml: str, message: str) -> None:
+    write_config(memd_home, toml)
+    with pytest.raises(ConfigError) as err:
+        Config.load()
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "message"),
+    [
+        ("MEMD_SEARCH_MAX_RESULTZ", "3", "unknown variable MEMD_SEARCH_MAX_RESULTZ"),
+        ("MEMD_SEARCH_MIN_SCORE", "high", "MEMD_SEARCH_MIN_SCORE must be a number"),
+        ("MEMD_INDEX_SQLITE_VEC", "maybe", "MEMD_INDEX_SQLITE_VEC must be true or false"),
+    ],
+)
+def test_bad_environment_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, var: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ConfigError, match=message):
+        Config.load()
+
+
+def test_unrelated_memd_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMD_TEST_MODEL", "/somewhere/model.gguf")
+    assert Config.load().search.max_results == 6
+
+
+def test_explicit_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        Config.load(tmp_path / "nope.toml")
+
+
+def test_config_is_frozen() -> None:
+    c = Config.load()
+    with pytest.raises(AttributeError):
+        c.search.max_results = 3  # type: ignore[misc]

@@ -1,0 +1,216 @@
+"""Search over a real index: keyword, vector and hybrid modes, CJK, thresholds, decay, MMR."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from memd.config import Config, SearchConfig
+from memd.embed.fake import FakeEmbedder
+from memd.index.cache import EmbeddingCache
+from memd.index.index import Index
+from memd.index.sync import Syncer
+from memd.search import SearchOptions, bm25_to_score, keyword_match, search
+
+from .conftest import WriteFile
+
+DEFAULTS = SearchOptions.from_config(SearchConfig())
+
+
+def opts(**kw: object) -> SearchOptions:
+    return SearchOptions.from_config(SearchConfig(), **kw)
+
+
+def paths(outcome: object) -> list[str]:
+    return [h.path for h in outcome.results]  # type: ignore[attr-defined]
+
+
+def test_defaults_are_the_reference_ones() -> None:
+    assert (DEFAULTS.max_results, DEFAULTS.min_score, DEFAULTS.candidates) == (6, 0.35, 24)
+    assert (DEFAULTS.vector_weight, DEFAULTS.text_weight, DEFAULTS.snippet_chars) == (0.7, 0.3, 700)
+    assert not DEFAULTS.decay and not DEFAULTS.mmr and DEFAULTS.mode == "hybrid"
+
+
+def test_keyword_match_ors_terms_and_drops_stopwords() -> None:
+    match, terms = keyword_match("What did Caroline research about adoption?")
+    assert match == '"caroline" OR "research" OR "adoption"'
+    assert terms == ["caroline", "research", "adoption"]
+    assert keyword_match("  ?! ") == (None, [])
+    # only stopwords: keep them rather than search nothing
+    assert keyword_match("who is she")[0] == '"who" OR "is" OR "she"'
+    # quotes cannot break out of the FTS string
+    assert '"' not in keyword_match('say "hi" AND NOT x')[0].replace('" OR "', "").strip('"')
+
+
+def test_keyword_match_cjk_bigrams_and_unigrams() -> None:
+    match, _ = keyword_match("猫 喜欢吃鱼")
+    assert match == 'uni : "猫" OR "喜欢" OR "欢吃" OR "吃鱼"'
+
+
+def test_bm25_mapping() -> None:
+    assert bm25_to_score(-3.0) == pytest.approx(0.75)
+    assert bm25_to_score(1.0) == pytest.approx(0.5)
+    assert bm25_to_score(float("nan")) == pytest.approx(0.001)
+
+
+def test_natural_language_question_finds_partial_matches(
+    syncer: Syncer, index: Index, write: WriteFile, fake: FakeEmbedder
+) -> None:
+    write("memory/2026-03-01.md", "Melanie signed up for a pottery class on Saturday.\n")
+    write("memory/2026-03-02.md", "Caroline went hiking with friends.\n")
+    syncer.sync()
+    # No chunk holds every word of the question; an all-terms AND query would return nothing.
+    outcome = search(index, "When did Melanie start her pottery lessons?", opts(mode="keyword"),
+                     embedder=None)
+    assert paths(outcome)[0] == "memory/2026-03-01.md"
+
+
+def test_cjk_is_findable_by_keyword(syncer: Syncer, index: Index, write: WriteFile) -> None:
+    write("memory/zh.md", "我们决定下周三发布新版本。\n负责人是王小明。\n")
+    write("memory/ja.md", "東京のオフィスで会議をしました。\n")
+    write("memory/ko.md", "회의는 서울에서 열렸습니다.\n")
+    write("memory/en.md", "Nothing in Asian scripts here.\n")
+    syncer.sync()
+    for query, expected in [
+        ("发布", "memory/zh.md"),          # two characters inside a longer run
+        ("新版本什么时候发布", "memory/zh.md"),  # a whole question without spaces
+        ("王", "memory/zh.md"),            # a single character
+        ("会議", "memory/ja.md"),
+        ("東京", "memory/ja.md"),
+        ("서울", "memory/ko.md"),
+    ]:
+        outcome = search(index, query, opts(mode="keyword"), embedder=None)
+        assert paths(outcome) and paths(outcome)[0] == expected, query
+
+
+def test_keyword_mode_without_embedder(index: Index, workspace: Path, write: WriteFile,
+                                       config: Config) -> None:
+    write("MEMORY.md", "The staging database password rotates monthly.\n")
+    Syncer(index, workspace, config=config.index).sync()
+    outcome = search(index, "database rotation", DEFAULTS, embedder=None)
+    assert outcome.mode == "keyword" and outcome.provider == "none"
+    assert "no embedding provider" in (outcome.note or "")
+    assert paths(outcome) == ["MEMORY.md"]
+    hit = outcome.results[0]
+    assert (hit.start_line, hit.end_line, hit.source) == (1, 1, "memory")
+    assert 0 < hit.score <= 1 and hit.text_score > 0 and hit.vector_score == 0
+
+
+def test_vector_and_hybrid_modes(syncer: Syncer, index: Index, write: WriteFile,
+                                 fake: FakeEmbedder) -> None:
+    write("memory/tea.md", "Alice drinks green tea every morning.\n")
+    write("memory/car.md", "The car needs new tyres before winter.\n")
+    syncer.sync()
+    for mode in ("vector", "hybrid"):
+        outcome = search(index, "green tea morning", opts(mode=mode, min_score=0.0), embedder=fake)
+        assert outcome.mode == mode and outcome.provider == "fake"
+        assert paths(outcome)[0] == "memory/tea.md"
+        assert outcome.results[0].vector_score > outcome.results[-1].vector_score
+    hybrid = search(index, "green tea", opts(min_score=0.0), embedder=fake).results[0]
+    assert hybrid.text_score > 0 and hybrid.vector_score > 0
+    assert hybrid.score == pytest.approx(0.7 * hybrid.vector_score + 0.3 * hybrid.text_score)
+
+
+def test_hybrid_never_drops_an_exact_keyword_hit(
+    syncer: Syncer, index: Index, write: WriteFile, fake: FakeEmbedder
+) -> None:
+    write("memory/ids.md", "Ticket ZX-4471 was closed by the on-call engineer.\n" + "filler\n" * 50)
+    for i in range(10):
+        write(f"memory/other-{i}.md", f"unrelated note number {i} about gardening\n")
+    syncer.sync()
+    # The vector part of this hit is weak, so its merged score is below min_score ...
+    outcome = search(index, "ZX-4471", opts(min_score=0.9), embedder=fake)
+    assert outcome.mode == "hybrid"
+    assert "memory/ids.md" in paths(outcome)
+    hit = next(h for h in outcome.results if h.path == "memory/ids.md")
+    assert hit.score < 0.9
+    # ... and a plain vector search at that threshold returns nothing.
+    assert search(index, "ZX-4471", opts(mode="vector", min_score=0.9), embedder=fake).results == []
+
+
+def test_min_score_and_max_results(syncer: Syncer, index: Index, write: WriteFile,
+                                   fake: FakeEmbedder) -> None:
+    for i in range(12):
+        write(f"memory/n{i}.md", f"release checklist item {i}\n")
+    syncer.sync()
+    outcome = search(index, "release checklist", opts(max_results=4, min_score=0.0), embedder=fake)
+    assert len(outcome.results) == 4
+    scores = [h.score for h in outcome.results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_snippet_is_capped(syncer: Syncer, index: Index, write: WriteFile) -> None:
+    write("MEMORY.md", "word " * 1000)
+    syncer.sync()
+    hit = search(index, "word", opts(mode="keyword"), embedder=None).results[0]
+    assert len(hit.snippet) == 700
+
+
+def test_temporal_decay_prefers_recent_daily_logs_but_not_evergreen(
+    syncer: Syncer, index: Index, write: WriteFile
+) -> None:
+    write("memory/2020-01-01.md", "kubernetes upgrade notes\n")
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    write(f"memory/{today}.md", "kubernetes upgrade notes\n")
+    write("MEMORY.md", "kubernetes upgrade notes\n")
+    syncer.sync()
+    flat = search(index, "kubernetes upgrade", opts(mode="keyword", min_score=0.0), embedder=None)
+    decayed = search(index, "kubernetes upgrade", opts(mode="keyword", min_score=0.0, decay=True),
+                     embedder=None)
+    by_path = {h.path: h.score for h in decayed.results}
+    assert by_path["memory/2020-01-01.md"] < 0.01
+    assert by_path[f"memory/{today}.md"] > 0.5
+    flat_scores = {h.path: h.score for h in flat.results}
+    assert by_path["MEMORY.md"] == pytest.approx(flat_scores["MEMORY.md"])
+
+
+def test_mmr_spreads_near_duplicates(syncer: Syncer, index: Index, write: WriteFile) -> None:
+    same = "deploy the api gateway with blue green rollout\n"
+    write("memory/a.md", same)
+    write("memory/b.md", same)
+    write("memory/c.md", "deploy notes: the api gateway needs a canary first\n")
+    syncer.sync()
+    plain = search(index, "deploy api gateway", opts(mode="keyword", min_score=0.0), embedder=None)
+    diverse = search(index, "deploy api gateway",
+                     opts(mode="keyword", min_score=0.0, mmr=True, mmr_lambda=0.3), embedder=None)
+    assert set(paths(plain)[:2]) == {"memory/a.md", "memory/b.md"}
+    assert "memory/c.md" in paths(diverse)[:2]
+
+
+def test_model_change_falls_back_to_keyword_until_rebuilt(
+    syncer: Syncer, index: Index, write: WriteFile, config: Config, workspace: Path,
+    cache: EmbeddingCache,
+) -> None:
+    write("MEMORY.md", "Quarterly planning happens in March.\n")
+    syncer.sync()
+    other = FakeEmbedder(dims=32, model="other")
+    outcome = search(index, "quarterly planning", DEFAULTS, embedder=other)
+    assert outcome.mode == "keyword" and "another embedding model" in (outcome.note or "")
+    assert paths(outcome) == ["MEMORY.md"]
+    Syncer(index, workspace, config=config.index, embedder=other, cache=cache).sync()
+    assert search(index, "quarterly planning", DEFAULTS, embedder=other).mode == "hybrid"
+
+
+def test_empty_query_and_empty_index(index: Index) -> None:
+    assert search(index, "   ", DEFAULTS, embedder=None).results == []
+    assert search(index, "anything", DEFAULTS, embedder=None).results == []
+
+
+def test_numpy_fallback_ranks_like_vec0(config: Config, workspace: Path, write: WriteFile,
+                                        fake: FakeEmbedder) -> None:
+    for i in range(30):
+        write(f"memory/t{i}.md", f"topic {i} " + " ".join(f"w{(i * j) % 17}" for j in range(20)))
+    results = {}
+    for use_vec in (True, False):
+        idx = Index(config.index_dir / f"v{use_vec}.sqlite", use_vec=use_vec)
+        idx.open()
+        try:
+            Syncer(idx, workspace, config=config.index, embedder=fake).sync()
+            outcome = search(idx, "w3 w5 w7 topic", opts(mode="vector", min_score=0.0,
+                                                          max_results=10), embedder=fake)
+            results[use_vec] = [(h.path, round(h.score, 5)) for h in outcome.results]
+        finally:
+            idx.close()
+    assert results[True] == results[False]
