@@ -57,8 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     config = Config.load(env={"MEMD_HOME": tempfile.mkdtemp(prefix="memd-locomo-")})
     cache = EmbeddingCache(config.cache_path)
     options = SearchOptions.from_config(
-        SearchConfig(), mode=args.mode, max_results=args.k, min_score=0.0,
-        decay=args.decay, mmr=args.mmr,
+        SearchConfig(),
+        mode=args.mode,
+        max_results=args.k,
+        min_score=0.0,
+        decay=args.decay,
+        mmr=args.mmr,
     )
     out_path = Path(args.out or tempfile.mktemp(suffix=".jsonl"))
     indexes: dict[str, Index] = {}
@@ -75,12 +79,17 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             outcome = search(indexes[q["conv"]], q["question"], options, embedder=embedder)
             latencies.append(time.perf_counter() - t)
-            results = [{"path": h.path, "start_line": h.start_line, "end_line": h.end_line}
-                       for h in outcome.results]
+            results = [
+                {"path": h.path, "start_line": h.start_line, "end_line": h.end_line}
+                for h in outcome.results
+            ]
             out.write(json.dumps({"qid": q["qid"], "results": results}) + "\n")
     latencies.sort()
-    print(f"indexed in {index_s:.1f}s; query p50 {latencies[len(latencies)//2]*1000:.2f} ms, "
-          f"p95 {latencies[int(len(latencies)*0.95)]*1000:.2f} ms", file=sys.stderr)
+    print(
+        f"indexed in {index_s:.1f}s; query p50 {latencies[len(latencies) // 2] * 1000:.2f} ms, "
+        f"p95 {latencies[int(len(latencies) * 0.95)] * 1000:.2f} ms",
+        file=sys.stderr,
+    )
     for index in indexes.values():
         index.close()
     cache.close()

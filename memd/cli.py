@@ -1,9 +1,9 @@
 """The ``memd`` command: index, search and read a workspace in-process.
 
-    memd index ~/agent            # build or refresh the index
-    memd search ~/agent "when is the launch?"
-    memd get ~/agent memory/2026-03-01.md --from 10 --lines 20
-    memd status ~/agent --json
+memd index ~/agent            # build or refresh the index
+memd search ~/agent "when is the launch?"
+memd get ~/agent memory/2026-03-01.md --from 10 --lines 20
+memd status ~/agent --json
 """
 
 from __future__ import annotations
@@ -47,10 +47,19 @@ def _progress(phase: str, done: int, total: int) -> None:
 
 @click.group()
 @click.version_option(__version__, prog_name="memd")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
-              help="Config file (default: $XDG_CONFIG_HOME/memd/config.toml).")
-@click.option("--log-level", default="warning", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Config file (default: $XDG_CONFIG_HOME/memd/config.toml).",
+)
+@click.option(
+    "--log-level",
+    default="warning",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, log_level: str) -> None:
     """memd: a local memory service for AI agents."""
@@ -93,16 +102,26 @@ def index_cmd(ctx: click.Context, workspace: str, force: bool, as_json: bool) ->
 @click.option("--mode", type=click.Choice(["hybrid", "keyword", "vector"]), default=None)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def search_cmd(ctx: click.Context, workspace: str, query: str, max_results: int | None,
-               min_score: float | None, mode: str | None, as_json: bool) -> None:
+def search_cmd(
+    ctx: click.Context,
+    workspace: str,
+    query: str,
+    max_results: int | None,
+    min_score: float | None,
+    mode: str | None,
+    as_json: bool,
+) -> None:
     """Search WORKSPACE for QUERY."""
     with _service(ctx) as service:
-        outcome = service.search(workspace, query, max_results=max_results, min_score=min_score,
-                                 mode=mode)
+        outcome = service.search(
+            workspace, query, max_results=max_results, min_score=min_score, mode=mode
+        )
         if as_json:
             payload: dict[str, Any] = {
                 "results": [h.to_dict() for h in outcome.results],
-                "mode": outcome.mode, "provider": outcome.provider, "model": outcome.model,
+                "mode": outcome.mode,
+                "provider": outcome.provider,
+                "model": outcome.model,
                 "note": outcome.note,
             }
             click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
@@ -122,8 +141,9 @@ def search_cmd(ctx: click.Context, workspace: str, query: str, max_results: int 
 @click.option("--lines", type=int, default=None)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def get_cmd(ctx: click.Context, workspace: str, path: str, from_line: int, lines: int | None,
-            as_json: bool) -> None:
+def get_cmd(
+    ctx: click.Context, workspace: str, path: str, from_line: int, lines: int | None, as_json: bool
+) -> None:
     """Print lines of a memory file of WORKSPACE."""
     with _service(ctx) as service:
         result = service.get(workspace, path, from_line, lines)
@@ -149,17 +169,26 @@ def status_cmd(ctx: click.Context, workspace: str, as_json: bool) -> None:
         p, v = st["provider"], st["vector_store"]
         click.echo(f"Workspace: {st['root']}")
         click.echo(f"Index: {st['index_path']} ({st['index_bytes']} bytes)")
-        click.echo(f"Indexed: {st['files_indexed']}/{st['files_on_disk']} files · {st['chunks']} chunks"
-                   f" · {st['files_pending']} pending · {st['files_stale']} stale")
+        click.echo(
+            f"Indexed: {st['files_indexed']}/{st['files_on_disk']} files · {st['chunks']} chunks"
+            f" · {st['files_pending']} pending · {st['files_stale']} stale"
+        )
         click.echo(f"Dirty: {'yes' if st['dirty'] else 'no'}")
         click.echo(f"Provider: {p['active']} (requested: {p['requested']}) model {p['model']}")
         for skipped in p["skipped"]:
             click.echo(f"  skipped {skipped['provider']}: {skipped['reason']}")
-        click.echo(f"Identity: {st['identity']['state']}"
-                   + (f" ({st['identity']['reason']})" if st["identity"]["reason"] else ""))
-        click.echo(f"Vectors: {v['kind']} · {st['vectors']} rows"
-                   + (f" · sqlite-vec {v['sqlite_vec_version']}" if v["sqlite_vec"] else
-                      f" · numpy scan ({v['reason']})"))
+        click.echo(
+            f"Identity: {st['identity']['state']}"
+            + (f" ({st['identity']['reason']})" if st["identity"]["reason"] else "")
+        )
+        click.echo(
+            f"Vectors: {v['kind']} · {st['vectors']} rows"
+            + (
+                f" · sqlite-vec {v['sqlite_vec_version']}"
+                if v["sqlite_vec"]
+                else f" · numpy scan ({v['reason']})"
+            )
+        )
         click.echo(f"Embedding cache: {st['cache_entries']} entries")
         for path_reason in st["files_skipped"]:
             click.echo(f"  skipped {path_reason['path']}: {path_reason['reason']}")
@@ -186,8 +215,13 @@ def check_config_cmd(ctx: click.Context) -> None:
     except MemdError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"# from {config.source}")
-    click.echo(json.dumps({k: v for k, v in config.__dict__.items() if k not in ("dirs",)},
-                          default=lambda o: o.__dict__, indent=2))
+    click.echo(
+        json.dumps(
+            {k: v for k, v in config.__dict__.items() if k not in ("dirs",)},
+            default=lambda o: o.__dict__,
+            indent=2,
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

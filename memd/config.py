@@ -31,8 +31,16 @@ __all__ = [
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
 ProviderName = Literal[
-    "auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "openai-compatible",
-    "fake", "none",
+    "auto",
+    "local",
+    "openai",
+    "gemini",
+    "voyage",
+    "mistral",
+    "ollama",
+    "openai-compatible",
+    "fake",
+    "none",
 ]
 
 
@@ -365,7 +373,9 @@ def _build(values: dict[str, Any], *, dirs: Dirs, source: str) -> Config:
         try:
             ZoneInfo(config.timezone)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(f"timezone {config.timezone!r} is not a known IANA time zone") from None
+            raise ConfigError(
+                f"timezone {config.timezone!r} is not a known IANA time zone"
+            ) from None
     return config
 
 

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from memd_client.errors import BadRequest, PathRefused
-
 from memd.workspace import resolve_extra_paths
+from memd_client.errors import BadRequest, PathRefused
 
 __all__ = ["MAX_LINES", "MAX_PATH_CHARS", "GetResult", "read_lines", "resolve_memory_path"]
 

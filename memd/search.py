@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import Literal
 
 from memd.config import SearchConfig
@@ -180,7 +180,9 @@ def _why_no_vectors(embedder: Embedder | None, identity: object, store: Store) -
         return "the index holds no vectors yet: keyword search only"
     if store.vector_store == "none":
         return "the vector store cannot be read (sqlite-vec unavailable): keyword search only"
-    return "the index was built with another embedding model and is being rebuilt: keyword search only"
+    return (
+        "the index was built with another embedding model and is being rebuilt: keyword search only"
+    )
 
 
 def _snippet(text: str, limit: int) -> str:
@@ -188,7 +190,9 @@ def _snippet(text: str, limit: int) -> str:
 
 
 def _keyword_hits(
-    rows: Sequence[ChunkRow], terms: Sequence[str], options: SearchOptions,
+    rows: Sequence[ChunkRow],
+    terms: Sequence[str],
+    options: SearchOptions,
     tokens: dict[int, set[str]],
 ) -> list[Hit]:
     wanted = set(terms)
@@ -197,9 +201,18 @@ def _keyword_hits(
         tokens[row.id] = mmr_tokens(row.text)
         exact = bool(wanted) and wanted <= tokens[row.id]
         hits.append(
-            Hit(row.path, row.start_line, row.end_line, 0.0, _snippet(row.text, options.snippet_chars),
-                row.source, text_score=bm25_to_score(row.score), chunk_id=row.id, keyword=True,
-                exact=exact)
+            Hit(
+                row.path,
+                row.start_line,
+                row.end_line,
+                0.0,
+                _snippet(row.text, options.snippet_chars),
+                row.source,
+                text_score=bm25_to_score(row.score),
+                chunk_id=row.id,
+                keyword=True,
+                exact=exact,
+            )
         )
     return hits
 
@@ -219,7 +232,10 @@ def _boost(hit: Hit, text: str, tokens: set[str], terms: Sequence[str]) -> float
 
 
 def _keyword_only(
-    store: Store, rows: Sequence[ChunkRow], terms: Sequence[str], options: SearchOptions,
+    store: Store,
+    rows: Sequence[ChunkRow],
+    terms: Sequence[str],
+    options: SearchOptions,
     now: float | None,
 ) -> list[Hit]:
     tokens: dict[int, set[str]] = {}
@@ -238,19 +254,34 @@ def _keyword_only(
 
 
 def _merge(
-    vector_rows: Sequence[ChunkRow], keyword_rows: Sequence[ChunkRow], terms: Sequence[str],
-    options: SearchOptions, *, hybrid: bool,
+    vector_rows: Sequence[ChunkRow],
+    keyword_rows: Sequence[ChunkRow],
+    terms: Sequence[str],
+    options: SearchOptions,
+    *,
+    hybrid: bool,
 ) -> list[Hit]:
     by_id: dict[int, Hit] = {}
     for row in vector_rows:
-        by_id[row.id] = Hit(row.path, row.start_line, row.end_line, 0.0,
-                            _snippet(row.text, options.snippet_chars), row.source,
-                            vector_score=max(0.0, min(1.0, row.score)), chunk_id=row.id)
+        by_id[row.id] = Hit(
+            row.path,
+            row.start_line,
+            row.end_line,
+            0.0,
+            _snippet(row.text, options.snippet_chars),
+            row.source,
+            vector_score=max(0.0, min(1.0, row.score)),
+            chunk_id=row.id,
+        )
     if hybrid:
         for hit in _keyword_hits(keyword_rows, terms, options, {}):
             if hit.chunk_id in by_id:
                 existing = by_id[hit.chunk_id]
-                existing.text_score, existing.keyword, existing.exact = hit.text_score, True, hit.exact
+                existing.text_score, existing.keyword, existing.exact = (
+                    hit.text_score,
+                    True,
+                    hit.exact,
+                )
             else:
                 by_id[hit.chunk_id] = hit
     vw, tw = options.vector_weight, options.text_weight if hybrid else 0.0
@@ -288,7 +319,7 @@ def _decay(store: Store, hits: list[Hit], options: SearchOptions, now: float | N
             continue
         if kind == "daily" and day:
             d = date.fromisoformat(day)
-            when = datetime(d.year, d.month, d.day, tzinfo=timezone.utc).timestamp()
+            when = datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()
         else:
             when = mtime_ns / 1e9
         age_days = max(0.0, (now - when) / DAY)
@@ -306,6 +337,7 @@ def _mmr(hits: list[Hit], lam: float) -> list[Hit]:
     chosen: list[int] = []
     left = list(range(len(hits)))
     while left:
+
         def value(i: int) -> tuple[float, float]:
             sim = max((_jaccard(tokens[i], tokens[j]) for j in chosen), default=0.0)
             return (lam * rel[i] - (1 - lam) * sim, hits[i].score)

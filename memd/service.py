@@ -21,7 +21,7 @@ from memd.embed.select import Choice, choose_embedder
 from memd.files import GetResult, read_lines
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
-from memd.index.sync import Progress, SyncReport, Syncer
+from memd.index.sync import Progress, Syncer, SyncReport
 from memd.search import SearchOptions, SearchOutcome, search
 from memd.workspace import discover
 from memd_client.errors import BadRequest, UnknownWorkspace
@@ -56,7 +56,9 @@ class MemoryService:
     def __init__(self, config: Config, *, choice: Choice | None = None) -> None:
         self.config = config
         self.choice = choice or choose_embedder(config.embedding)
-        self.cache = EmbeddingCache(config.cache_path, max_entries=config.embedding.cache_max_entries)
+        self.cache = EmbeddingCache(
+            config.cache_path, max_entries=config.embedding.cache_max_entries
+        )
         self._workspaces: dict[Path, Workspace] = {}
         self._names: dict[str, Path] = {}
         self._lock = threading.Lock()
@@ -94,12 +96,19 @@ class MemoryService:
             name = name or root.name
             if name in self._names and self._names[name] != root:
                 raise BadRequest(f"workspace name {name!r} is already used by {self._names[name]}")
-            index = Index(self.config.index_dir / f"{_slug(root)}.sqlite",
-                          use_vec=self.config.index.sqlite_vec)
+            index = Index(
+                self.config.index_dir / f"{_slug(root)}.sqlite",
+                use_vec=self.config.index.sqlite_vec,
+            )
             index.open()
             syncer = Syncer(
-                index, root, config=self.config.index, embedder=self.embedder, cache=self.cache,
-                extra_paths=extra_paths, protect=self.choice.protect,
+                index,
+                root,
+                config=self.config.index,
+                embedder=self.embedder,
+                cache=self.cache,
+                extra_paths=extra_paths,
+                protect=self.choice.protect,
             )
             ws = Workspace(name, root, extra_paths, index, syncer)
             self._workspaces[root] = ws
@@ -129,8 +138,9 @@ class MemoryService:
 
     # -- operations -----------------------------------------------------------------------------
 
-    def sync(self, ref: str, *, force: bool = False, embed: bool = True,
-             progress: Progress | None = None) -> SyncReport:
+    def sync(
+        self, ref: str, *, force: bool = False, embed: bool = True, progress: Progress | None = None
+    ) -> SyncReport:
         ws = self.workspace(ref)
         with ws.lock:
             report = ws.syncer.sync(force=force, embed=embed, progress=progress)
@@ -155,8 +165,12 @@ class MemoryService:
     def get(self, ref: str, path: str, from_line: int = 1, lines: int | None = None) -> GetResult:
         ws = self.workspace(ref)
         return read_lines(
-            ws.root, path, from_line=from_line, lines=lines or self.config.get.default_lines,
-            max_chars=self.config.get.max_chars, extra_paths=ws.extra_paths,
+            ws.root,
+            path,
+            from_line=from_line,
+            lines=lines or self.config.get.default_lines,
+            max_chars=self.config.get.max_chars,
+            extra_paths=ws.extra_paths,
         )
 
     def status(self, ref: str) -> dict[str, Any]:
@@ -172,8 +186,10 @@ class MemoryService:
             files = store.files()
         on_disk = {f.rel for f in found.files}
         stale = sorted(
-            f.rel for f in found.files
-            if f.rel not in files or (files[f.rel].size, files[f.rel].mtime_ns) != (f.size, f.mtime_ns)
+            f.rel
+            for f in found.files
+            if f.rel not in files
+            or (files[f.rel].size, files[f.rel].mtime_ns) != (f.size, f.mtime_ns)
         )
         removed = sorted(p for p, r in files.items() if p not in on_disk and r.source == "memory")
         errors = {p: r.error for p, r in files.items() if r.error}

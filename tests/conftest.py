@@ -85,6 +85,7 @@ def fake() -> FakeEmbedder:
 
 
 @pytest.fixture
-def syncer(index: Index, workspace: Path, config: Config, fake: FakeEmbedder,
-           cache: EmbeddingCache) -> Syncer:
+def syncer(
+    index: Index, workspace: Path, config: Config, fake: FakeEmbedder, cache: EmbeddingCache
+) -> Syncer:
     return Syncer(index, workspace, config=config.index, embedder=fake, cache=cache)

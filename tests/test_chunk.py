@@ -389,8 +389,12 @@ def test_fit_to_model_halves_multi_line_chunks() -> None:
     (chunk,) = chunk_markdown(content)
     fitted = fit_to_model([chunk], words, 8)
     assert [(c.start_line, c.end_line) for c in fitted] == [(1, 2), (3, 4), (5, 6), (7, 8)]
-    assert [c.text for c in fitted] == ["a b c 1\na b c 2", "a b c 3\na b c 4",
-                                        "a b c 5\na b c 6", "a b c 7\na b c 8"]
+    assert [c.text for c in fitted] == [
+        "a b c 1\na b c 2",
+        "a b c 3\na b c 4",
+        "a b c 5\na b c 6",
+        "a b c 7\na b c 8",
+    ]
 
 
 def test_fit_to_model_keeps_chunks_that_fit() -> None:

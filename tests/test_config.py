@@ -29,16 +29,24 @@ def test_defaults_and_memd_home(memd_home: Path) -> None:
 
 
 def test_xdg_directories_without_memd_home(tmp_path: Path) -> None:
-    env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-           "XDG_STATE_HOME": str(tmp_path / "st"), "XDG_RUNTIME_DIR": str(tmp_path / "rt")}
+    env = {
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+        "XDG_STATE_HOME": str(tmp_path / "st"),
+        "XDG_RUNTIME_DIR": str(tmp_path / "rt"),
+    }
     c = Config.load(env=env)
     assert c.config_file == tmp_path / "cfg" / "memd" / "config.toml"
     assert c.index_dir == tmp_path / "st" / "memd" / "indexes"
     assert c.dirs.runtime == tmp_path / "rt" / "memd" and c.dirs.runtime_private
 
 
-def test_precedence_argument_env_file_default(memd_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write_config(memd_home, "[search]\nmax_results = 3\nmin_score = 0.5\n[index]\nsqlite_vec = false\n")
+def test_precedence_argument_env_file_default(
+    memd_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(
+        memd_home, "[search]\nmax_results = 3\nmin_score = 0.5\n[index]\nsqlite_vec = false\n"
+    )
     c = Config.load()
     assert (c.search.max_results, c.search.min_score, c.index.sqlite_vec) == (3, 0.5, False)
     assert c.source.endswith("config.toml")

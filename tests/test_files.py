@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memd_client.errors import BadRequest, PathRefused
 
 from memd.files import GetResult, read_lines, resolve_memory_path
+from memd_client.errors import BadRequest, PathRefused
 
 SECRET = "SECRET"
 

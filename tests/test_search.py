@@ -62,8 +62,9 @@ def test_natural_language_question_finds_partial_matches(
     write("memory/2026-03-02.md", "Caroline went hiking with friends.\n")
     syncer.sync()
     # No chunk holds every word of the question; an all-terms AND query would return nothing.
-    outcome = search(index, "When did Melanie start her pottery lessons?", opts(mode="keyword"),
-                     embedder=None)
+    outcome = search(
+        index, "When did Melanie start her pottery lessons?", opts(mode="keyword"), embedder=None
+    )
     assert paths(outcome)[0] == "memory/2026-03-01.md"
 
 
@@ -74,9 +75,9 @@ def test_cjk_is_findable_by_keyword(syncer: Syncer, index: Index, write: WriteFi
     write("memory/en.md", "Nothing in Asian scripts here.\n")
     syncer.sync()
     for query, expected in [
-        ("发布", "memory/zh.md"),          # two characters inside a longer run
+        ("发布", "memory/zh.md"),  # two characters inside a longer run
         ("新版本什么时候发布", "memory/zh.md"),  # a whole question without spaces
-        ("王", "memory/zh.md"),            # a single character
+        ("王", "memory/zh.md"),  # a single character
         ("会議", "memory/ja.md"),
         ("東京", "memory/ja.md"),
         ("서울", "memory/ko.md"),
@@ -85,8 +86,9 @@ def test_cjk_is_findable_by_keyword(syncer: Syncer, index: Index, write: WriteFi
         assert paths(outcome) and paths(outcome)[0] == expected, query
 
 
-def test_keyword_mode_without_embedder(index: Index, workspace: Path, write: WriteFile,
-                                       config: Config) -> None:
+def test_keyword_mode_without_embedder(
+    index: Index, workspace: Path, write: WriteFile, config: Config
+) -> None:
     write("MEMORY.md", "The staging database password rotates monthly.\n")
     Syncer(index, workspace, config=config.index).sync()
     outcome = search(index, "database rotation", DEFAULTS, embedder=None)
@@ -98,8 +100,9 @@ def test_keyword_mode_without_embedder(index: Index, workspace: Path, write: Wri
     assert 0 < hit.score <= 1 and hit.text_score > 0 and hit.vector_score == 0
 
 
-def test_vector_and_hybrid_modes(syncer: Syncer, index: Index, write: WriteFile,
-                                 fake: FakeEmbedder) -> None:
+def test_vector_and_hybrid_modes(
+    syncer: Syncer, index: Index, write: WriteFile, fake: FakeEmbedder
+) -> None:
     write("memory/tea.md", "Alice drinks green tea every morning.\n")
     write("memory/car.md", "The car needs new tyres before winter.\n")
     syncer.sync()
@@ -130,8 +133,9 @@ def test_hybrid_never_drops_an_exact_keyword_hit(
     assert search(index, "ZX-4471", opts(mode="vector", min_score=0.9), embedder=fake).results == []
 
 
-def test_min_score_and_max_results(syncer: Syncer, index: Index, write: WriteFile,
-                                   fake: FakeEmbedder) -> None:
+def test_min_score_and_max_results(
+    syncer: Syncer, index: Index, write: WriteFile, fake: FakeEmbedder
+) -> None:
     for i in range(12):
         write(f"memory/n{i}.md", f"release checklist item {i}\n")
     syncer.sync()
@@ -157,8 +161,9 @@ def test_temporal_decay_prefers_recent_daily_logs_but_not_evergreen(
     write("MEMORY.md", "kubernetes upgrade notes\n")
     syncer.sync()
     flat = search(index, "kubernetes upgrade", opts(mode="keyword", min_score=0.0), embedder=None)
-    decayed = search(index, "kubernetes upgrade", opts(mode="keyword", min_score=0.0, decay=True),
-                     embedder=None)
+    decayed = search(
+        index, "kubernetes upgrade", opts(mode="keyword", min_score=0.0, decay=True), embedder=None
+    )
     by_path = {h.path: h.score for h in decayed.results}
     assert by_path["memory/2020-01-01.md"] < 0.01
     assert by_path[f"memory/{today}.md"] > 0.5
@@ -173,14 +178,22 @@ def test_mmr_spreads_near_duplicates(syncer: Syncer, index: Index, write: WriteF
     write("memory/c.md", "deploy notes: the api gateway needs a canary first\n")
     syncer.sync()
     plain = search(index, "deploy api gateway", opts(mode="keyword", min_score=0.0), embedder=None)
-    diverse = search(index, "deploy api gateway",
-                     opts(mode="keyword", min_score=0.0, mmr=True, mmr_lambda=0.3), embedder=None)
+    diverse = search(
+        index,
+        "deploy api gateway",
+        opts(mode="keyword", min_score=0.0, mmr=True, mmr_lambda=0.3),
+        embedder=None,
+    )
     assert set(paths(plain)[:2]) == {"memory/a.md", "memory/b.md"}
     assert "memory/c.md" in paths(diverse)[:2]
 
 
 def test_model_change_falls_back_to_keyword_until_rebuilt(
-    syncer: Syncer, index: Index, write: WriteFile, config: Config, workspace: Path,
+    syncer: Syncer,
+    index: Index,
+    write: WriteFile,
+    config: Config,
+    workspace: Path,
     cache: EmbeddingCache,
 ) -> None:
     write("MEMORY.md", "Quarterly planning happens in March.\n")
@@ -198,8 +211,9 @@ def test_empty_query_and_empty_index(index: Index) -> None:
     assert search(index, "anything", DEFAULTS, embedder=None).results == []
 
 
-def test_numpy_fallback_ranks_like_vec0(config: Config, workspace: Path, write: WriteFile,
-                                        fake: FakeEmbedder) -> None:
+def test_numpy_fallback_ranks_like_vec0(
+    config: Config, workspace: Path, write: WriteFile, fake: FakeEmbedder
+) -> None:
     for i in range(30):
         write(f"memory/t{i}.md", f"topic {i} " + " ".join(f"w{(i * j) % 17}" for j in range(20)))
     results = {}
@@ -208,8 +222,12 @@ def test_numpy_fallback_ranks_like_vec0(config: Config, workspace: Path, write: 
         idx.open()
         try:
             Syncer(idx, workspace, config=config.index, embedder=fake).sync()
-            outcome = search(idx, "w3 w5 w7 topic", opts(mode="vector", min_score=0.0,
-                                                          max_results=10), embedder=fake)
+            outcome = search(
+                idx,
+                "w3 w5 w7 topic",
+                opts(mode="vector", min_score=0.0, max_results=10),
+                embedder=fake,
+            )
             results[use_vec] = [(h.path, round(h.score, 5)) for h in outcome.results]
         finally:
             idx.close()

@@ -99,8 +99,9 @@ def test_deleted_file_rows_are_removed(syncer: Syncer, write: WriteFile, index: 
         assert index.writer().integrity() == []
 
 
-def test_rename_does_not_embed_again(syncer: Syncer, fake: FakeEmbedder, workspace: Path,
-                                     write: WriteFile, index: Index) -> None:
+def test_rename_does_not_embed_again(
+    syncer: Syncer, fake: FakeEmbedder, workspace: Path, write: WriteFile, index: Index
+) -> None:
     write("memory/a.md", NOTE * 20)
     syncer.sync()
     embedded = fake.texts_embedded
@@ -115,7 +116,12 @@ def test_rename_does_not_embed_again(syncer: Syncer, fake: FakeEmbedder, workspa
 
 
 def test_incremental_result_equals_fresh_rebuild(
-    syncer: Syncer, config: Config, workspace: Path, write: WriteFile, fake: FakeEmbedder, index: Index
+    syncer: Syncer,
+    config: Config,
+    workspace: Path,
+    write: WriteFile,
+    fake: FakeEmbedder,
+    index: Index,
 ) -> None:
     write("MEMORY.md", NOTE)
     for day in range(1, 8):
@@ -145,8 +151,13 @@ def test_forced_rebuild_swaps_a_complete_index(
 
 
 def test_interrupted_rebuild_leaves_old_index_intact(
-    syncer: Syncer, write: WriteFile, index: Index, fake: FakeEmbedder, config: Config,
-    workspace: Path, cache: EmbeddingCache,
+    syncer: Syncer,
+    write: WriteFile,
+    index: Index,
+    fake: FakeEmbedder,
+    config: Config,
+    workspace: Path,
+    cache: EmbeddingCache,
 ) -> None:
     write("MEMORY.md", NOTE)
     syncer.sync()
@@ -204,14 +215,19 @@ def test_embedding_failure_keeps_file_pending_then_recovers(
 
 
 def test_protection_rule_keeps_vectors_when_provider_disappears(
-    syncer: Syncer, write: WriteFile, index: Index, config: Config, workspace: Path,
+    syncer: Syncer,
+    write: WriteFile,
+    index: Index,
+    config: Config,
+    workspace: Path,
     cache: EmbeddingCache,
 ) -> None:
     write("MEMORY.md", NOTE)
     syncer.sync()
     vectors_before = dump(index)
-    unavailable = Syncer(index, workspace, config=config.index, embedder=None, cache=cache,
-                         protect=True)
+    unavailable = Syncer(
+        index, workspace, config=config.index, embedder=None, cache=cache, protect=True
+    )
     assert unavailable.state() == ("protected", "provider")
     write("memory/later.md", "written while the provider was down\n")
     report = unavailable.sync()
@@ -236,7 +252,11 @@ def test_chosen_keyword_only_mode_rebuilds_without_vectors(
 
 
 def test_chunk_setting_change_triggers_rebuild(
-    syncer: Syncer, write: WriteFile, index: Index, workspace: Path, fake: FakeEmbedder,
+    syncer: Syncer,
+    write: WriteFile,
+    index: Index,
+    workspace: Path,
+    fake: FakeEmbedder,
     cache: EmbeddingCache,
 ) -> None:
     write("MEMORY.md", "line\n" * 2000)
@@ -330,7 +350,8 @@ def test_rebuild_killed_midway_leaves_old_index_intact(
     index.close()
     proc = subprocess.Popen(
         [sys.executable, "-c", KILL_SCRIPT, str(index.path), str(workspace)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "embedding"  # the rebuild is under way

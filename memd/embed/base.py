@@ -39,7 +39,8 @@ class Embedder(ABC):
 
     def embed_query(self, text: str) -> Vectors:
         """Embed one search query; return a vector of shape (dims,)."""
-        return self.embed_batch([text], kind="query")[0]
+        vector: Vectors = self.embed_batch([text], kind="query")[0]
+        return vector
 
     def count_tokens(self, text: str) -> int:
         """Count the tokens ``text`` costs this model; an estimate unless the model can tokenize."""
@@ -69,4 +70,5 @@ def normalize(matrix: npt.ArrayLike) -> Vectors:
         arr = arr[None, :]
     norms = np.linalg.norm(arr, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (arr / norms).astype(np.float32, copy=False)
+    out: Vectors = (arr / norms).astype(np.float32, copy=False)
+    return out

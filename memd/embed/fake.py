@@ -15,7 +15,7 @@ import numpy as np
 from memd.embed.base import Embedder, Kind, Vectors, normalize
 from memd.text import mmr_tokens
 
-__all__ = ["FakeEmbedder", "EmbedFailure"]
+__all__ = ["EmbedFailure", "FakeEmbedder"]
 
 
 class EmbedFailure(RuntimeError):
@@ -26,7 +26,12 @@ class FakeEmbedder(Embedder):
     provider = "fake"
 
     def __init__(
-        self, dims: int = 64, *, model: str = "fake-bow", max_tokens: int = 512, batch_size: int = 32
+        self,
+        dims: int = 64,
+        *,
+        model: str = "fake-bow",
+        max_tokens: int = 512,
+        batch_size: int = 32,
     ) -> None:
         self.model = model
         self.dims = dims

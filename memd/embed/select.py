@@ -36,8 +36,10 @@ def choose_embedder(config: EmbeddingConfig) -> Choice:
     """
     provider = config.provider
     if provider == "none":
-        return Choice(None, provider, protect=False, skipped=[("none", "keyword-only by configuration")])
+        return Choice(
+            None, provider, protect=False, skipped=[("none", "keyword-only by configuration")]
+        )
     if provider == "fake":
         return Choice(FakeEmbedder(), provider, protect=False)
-    skipped = [(provider, "provider not available in this build")]
+    skipped: list[tuple[str, str]] = [(provider, "provider not available in this build")]
     return Choice(None, provider, protect=True, skipped=skipped)

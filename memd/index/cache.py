@@ -68,8 +68,15 @@ class EmbeddingCache:
             return
         now = int(time.time() * 1000)
         rows = [
-            (settings_key, h, provider, model, int(v.shape[0]),
-             np.ascontiguousarray(v, dtype=np.float32).tobytes(), now)
+            (
+                settings_key,
+                h,
+                provider,
+                model,
+                int(v.shape[0]),
+                np.ascontiguousarray(v, dtype=np.float32).tobytes(),
+                now,
+            )
             for h, v in vectors.items()
         ]
         with self._lock, translate_errors("embedding cache"), atomic(self._conn):

@@ -51,7 +51,7 @@ def _split_lines(content: str) -> list[str]:
     lines = content.split("\n")
     if content.endswith("\n"):
         lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return [line.removesuffix("\r") for line in lines]
 
 
 def _segments(line: str, tokens: int, max_chars: int) -> Iterator[str]:
@@ -163,9 +163,7 @@ def _fit_lines(
     )
 
 
-def fit_to_model(
-    chunks: list[Chunk], count_tokens: TokenCounter, max_tokens: int
-) -> list[Chunk]:
+def fit_to_model(chunks: list[Chunk], count_tokens: TokenCounter, max_tokens: int) -> list[Chunk]:
     """Split every chunk that ``count_tokens`` says is over ``max_tokens`` until all pieces fit.
 
     Oversized chunks are halved at line boundaries; a single line still too long is cut into

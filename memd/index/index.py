@@ -73,8 +73,10 @@ class Index:
     def __init__(self, path: Path, *, use_vec: bool = True) -> None:
         self.path = path
         self.use_vec = use_vec
-        self.vec: VecSupport = probe_sqlite_vec() if use_vec else VecSupport(
-            False, error="disabled by configuration (index.sqlite_vec = false)"
+        self.vec: VecSupport = (
+            probe_sqlite_vec()
+            if use_vec
+            else VecSupport(False, error="disabled by configuration (index.sqlite_vec = false)")
         )
         self._lock = _SharedLock()
         self._pool: list[apsw.Connection] = []

@@ -124,7 +124,9 @@ class Store:
             raise ValueError(f"vector has {len(blob) // 4} dims, the index has {self.dims}")
         table = self._vector_table()
         if table == "chunks_vec":
-            self.conn.execute("INSERT INTO chunks_vec (rowid, embedding) VALUES (?, ?)", (chunk_id, blob))
+            self.conn.execute(
+                "INSERT INTO chunks_vec (rowid, embedding) VALUES (?, ?)", (chunk_id, blob)
+            )
         elif table == "chunks_vec_plain":
             self.conn.execute(
                 "INSERT INTO chunks_vec_plain (id, embedding) VALUES (?, ?)", (chunk_id, blob)
@@ -182,8 +184,17 @@ class Store:
             row = self.conn.execute(
                 "INSERT INTO chunks (path, source, start_line, end_line, hash, model, text, "
                 "embedded, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                (path, source, chunk.start_line, chunk.end_line, chunk.hash, model, chunk.text,
-                 int(embedded), now),
+                (
+                    path,
+                    source,
+                    chunk.start_line,
+                    chunk.end_line,
+                    chunk.hash,
+                    model,
+                    chunk.text,
+                    int(embedded),
+                    now,
+                ),
             ).fetchone()
             assert row is not None
             chunk_id = int(row[0])
@@ -204,7 +215,9 @@ class Store:
         return pending
 
     def delete_file(self, path: str) -> None:
-        ids = [int(r[0]) for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
+        ids = [
+            int(r[0]) for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))
+        ]
         if ids:
             self.conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in ids])
             self._delete_vectors(ids)
@@ -219,7 +232,10 @@ class Store:
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     def pending_paths(self) -> list[str]:
-        return [str(r[0]) for r in self.conn.execute("SELECT path FROM files WHERE pending > 0 ORDER BY path")]
+        return [
+            str(r[0])
+            for r in self.conn.execute("SELECT path FROM files WHERE pending > 0 ORDER BY path")
+        ]
 
     def add_vectors(self, path: str, vectors: dict[int, Vectors]) -> int:
         """Store vectors for chunks of ``path``; return how many of its chunks still lack one."""
@@ -234,9 +250,7 @@ class Store:
             "SELECT count(*) FROM chunks WHERE path = ? AND embedded = 0", (path,)
         ).fetchone()
         left = int(row[0]) if row else 0
-        self.conn.execute(
-            "UPDATE files SET pending = ?, error = NULL WHERE path = ?", (left, path)
-        )
+        self.conn.execute("UPDATE files SET pending = ?, error = NULL WHERE path = ?", (left, path))
         return left
 
     def set_file_error(self, path: str, error: str | None) -> None:
@@ -272,7 +286,9 @@ class Store:
             return self._knn_plain(query, sources, limit)
         return []
 
-    def _knn_vec0(self, query: Vectors, sources: Sequence[str] | None, limit: int) -> list[ChunkRow]:
+    def _knn_vec0(
+        self, query: Vectors, sources: Sequence[str] | None, limit: int
+    ) -> list[ChunkRow]:
         blob = np.ascontiguousarray(query, dtype=np.float32).tobytes()
         total_row = self.conn.execute("SELECT count(*) FROM chunks WHERE embedded = 1").fetchone()
         total = int(total_row[0]) if total_row else 0
@@ -295,7 +311,9 @@ class Store:
                 return rows[:limit]
             k = min(total, k * 8, 4096)
 
-    def _knn_plain(self, query: Vectors, sources: Sequence[str] | None, limit: int) -> list[ChunkRow]:
+    def _knn_plain(
+        self, query: Vectors, sources: Sequence[str] | None, limit: int
+    ) -> list[ChunkRow]:
         ids, matrix = self.plain_vectors()
         if not ids:
             return []
@@ -311,8 +329,15 @@ class Store:
                 if row is None or (wanted is not None and row.source not in wanted):
                     continue
                 picked.append(
-                    ChunkRow(row.id, row.path, row.source, row.start_line, row.end_line, row.text,
-                             float(sims[i]))
+                    ChunkRow(
+                        row.id,
+                        row.path,
+                        row.source,
+                        row.start_line,
+                        row.end_line,
+                        row.text,
+                        float(sims[i]),
+                    )
                 )
                 if len(picked) >= limit:
                     return picked
@@ -376,9 +401,7 @@ class Store:
         }
 
     def table_exists(self, name: str) -> bool:
-        row = self.conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE name = ?", (name,)
-        ).fetchone()
+        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
         return row is not None
 
     def vector_ids(self) -> set[int]:
@@ -400,7 +423,15 @@ class Store:
             "ORDER BY path, start_line, end_line, hash"
         )
         return [
-            (str(r[1]), int(r[2]), int(r[3]), str(r[4]), int(r[0]) in fts, int(r[0]) in vecs, str(r[5]))
+            (
+                str(r[1]),
+                int(r[2]),
+                int(r[3]),
+                str(r[4]),
+                int(r[0]) in fts,
+                int(r[0]) in vecs,
+                str(r[5]),
+            )
             for r in rows
         ]
 
@@ -416,7 +447,9 @@ class Store:
         except apsw.Error as exc:
             problems.append(f"fts: {exc}")
         ids = {int(r[0]) for r in self.conn.execute("SELECT id FROM chunks")}
-        embedded = {int(r[0]) for r in self.conn.execute("SELECT id FROM chunks WHERE embedded = 1")}
+        embedded = {
+            int(r[0]) for r in self.conn.execute("SELECT id FROM chunks WHERE embedded = 1")
+        }
         if self.fts_ids() != ids:
             problems.append("fts rows differ from chunk rows")
         if self._vector_table() is not None and self.vector_ids() != embedded:

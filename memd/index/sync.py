@@ -26,7 +26,7 @@ from memd.index.chunk import chunk_text
 from memd.index.db import atomic, translate_errors
 from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
-from memd.index.store import NewChunk, Store
+from memd.index.store import NewChunk, Store, VectorStore
 from memd.workspace import SourceFile, discover
 
 __all__ = ["Progress", "SyncReport", "Syncer"]
@@ -88,11 +88,13 @@ class Syncer:
 
     def expected_identity(self) -> Identity:
         e = self.embedder
-        chunking = {"chunk_tokens": self.config.chunk_tokens, "chunk_overlap": self.config.chunk_overlap}
+        tokens, overlap = self.config.chunk_tokens, self.config.chunk_overlap
         if e is None:
-            return Identity("none", KEYWORD_ONLY_MODEL, "", 0, "none", max_tokens=0, **chunking)
-        store = "vec0" if self.index.vec.available else "plain"
-        return Identity(e.provider, e.model, e.settings_key, e.dims, store, max_tokens=e.max_tokens, **chunking)
+            return Identity("none", KEYWORD_ONLY_MODEL, "", 0, "none", tokens, overlap, 0)
+        store: VectorStore = "vec0" if self.index.vec.available else "plain"
+        return Identity(
+            e.provider, e.model, e.settings_key, e.dims, store, tokens, overlap, e.max_tokens
+        )
 
     def state(self) -> tuple[str, str | None]:
         """("valid" | "missing" | "protected" | "mismatched", the differing field)."""
@@ -142,7 +144,9 @@ class Syncer:
             self.last_sync = time.time()
         return report
 
-    def rebuild(self, *, progress: Progress | None = None, reason: str | None = "forced") -> SyncReport:
+    def rebuild(
+        self, *, progress: Progress | None = None, reason: str | None = "forced"
+    ) -> SyncReport:
         """Build a complete new index in a temporary file and swap it in; the old one serves
         searches meanwhile and stays untouched if anything fails."""
         started = time.monotonic()
@@ -245,7 +249,9 @@ class Syncer:
         if e is not None and self.cache is not None and store.vector_store != "none":
             cached = self.cache.get_many(e.settings_key, (c.hash for c in chunks), e.dims)
             report.cache_hits += sum(1 for c in chunks if c.hash in cached)
-        rows = [NewChunk(c.start_line, c.end_line, c.text, c.hash, cached.get(c.hash)) for c in chunks]
+        rows = [
+            NewChunk(c.start_line, c.end_line, c.text, c.hash, cached.get(c.hash)) for c in chunks
+        ]
         with atomic(store.conn):
             store.replace_file(
                 path=f.rel,

@@ -1,0 +1,34 @@
+"""The code itself: strict typing, lint, and the import layering of the packages."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which(tool, path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip(f"{tool} is not installed (pip install -e '.[test]')")
+    return subprocess.run([exe, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_mypy_strict() -> None:
+    result = _run("mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff() -> None:
+    result = _run("ruff", "check", "memd", "client", "tests", "bench")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_import_layers() -> None:
+    result = _run("lint-imports")
+    assert result.returncode == 0, result.stdout + result.stderr
