@@ -99,18 +99,32 @@ class EmbeddingConfig:
 
     provider: ProviderName = "auto"
     fallback: ProviderName = "none"
+    # Model name for remote providers (empty: the provider's default).
     model: str = ""
+    # A GGUF file for the local provider (also MEMD_LOCAL_MODEL); empty: look in the model dir.
     model_path: str = ""
+    # llama.cpp threads (0: half the cores, at least 1) and texts per embedding call.
     threads: int = 0
     batch_size: int = 32
+    # Override the per-model query/document prefixes (empty: from the table keyed by GGUF name).
     query_prefix: str = ""
     document_prefix: str = ""
     cache_max_entries: int = 0
+    # Remote providers: an explicit server (OpenAI-compatible, Ollama), a 0600 key file,
+    # requested output dimensions (0: the model's default), timeouts and retries.
+    base_url: str = ""
+    api_key_file: str = ""
+    dimensions: int = 0
+    timeout_seconds: float = 60.0
+    max_retries: int = 3
 
     def validate(self) -> None:
         _check(self.threads >= 0, "embedding.threads", "must not be negative (0 = automatic)")
         _check(1 <= self.batch_size <= 4096, "embedding.batch_size", "must be from 1 to 4096")
         _check(self.cache_max_entries >= 0, "embedding.cache_max_entries", "must not be negative")
+        _check(self.dimensions >= 0, "embedding.dimensions", "must not be negative")
+        _check(self.timeout_seconds > 0, "embedding.timeout_seconds", "must be positive")
+        _check(0 <= self.max_retries <= 10, "embedding.max_retries", "must be from 0 to 10")
 
 
 @dataclass(frozen=True)

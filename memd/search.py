@@ -334,17 +334,17 @@ def _mmr(hits: list[Hit], lam: float) -> list[Hit]:
     lo, hi = min(scores), max(scores)
     rel = [1.0 if hi == lo else (s - lo) / (hi - lo) for s in scores]
     tokens = [mmr_tokens(h.snippet) for h in hits]
+    # The highest similarity of each candidate to anything chosen so far, kept up to date
+    # after every pick: O(n^2) comparisons instead of O(n^3).
+    max_sim = [0.0] * len(hits)
     chosen: list[int] = []
-    left = list(range(len(hits)))
+    left = set(range(len(hits)))
     while left:
-
-        def value(i: int) -> tuple[float, float]:
-            sim = max((_jaccard(tokens[i], tokens[j]) for j in chosen), default=0.0)
-            return (lam * rel[i] - (1 - lam) * sim, hits[i].score)
-
-        best = max(left, key=value)
+        best = max(left, key=lambda i: (lam * rel[i] - (1 - lam) * max_sim[i], hits[i].score, -i))
         chosen.append(best)
-        left.remove(best)
+        left.discard(best)
+        for i in left:
+            max_sim[i] = max(max_sim[i], _jaccard(tokens[i], tokens[best]))
     return [hits[i] for i in chosen]
 
 
