@@ -34,7 +34,7 @@ def make_embedder(name: str, model: str | None) -> Embedder | None:
         from memd.embed.fake import FakeEmbedder
 
         return FakeEmbedder()
-    from memd.embed.llama import LlamaEmbedder  # type: ignore[import-not-found]
+    from memd.embed.llama import LlamaEmbedder
 
     return LlamaEmbedder(model or str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
 
@@ -49,12 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decay", action="store_true")
     ap.add_argument("--mmr", action="store_true")
     ap.add_argument("--out", default="")
+    ap.add_argument("--home", default="", help="MEMD_HOME to reuse (its embedding cache)")
     args = ap.parse_args(argv)
 
     data = Path(args.data)
     qrels = [json.loads(line) for line in (data / "qrels.jsonl").open()]
     embedder = make_embedder(args.embedder, args.model)
-    config = Config.load(env={"MEMD_HOME": tempfile.mkdtemp(prefix="memd-locomo-")})
+    home = args.home or tempfile.mkdtemp(prefix="memd-locomo-")
+    config = Config.load(env={"MEMD_HOME": home})
     cache = EmbeddingCache(config.cache_path)
     options = SearchOptions.from_config(
         SearchConfig(),
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         decay=args.decay,
         mmr=args.mmr,
     )
-    out_path = Path(args.out or tempfile.mktemp(suffix=".jsonl"))
+    out_path = Path(args.out or tempfile.mkstemp(suffix=".jsonl")[1])
     indexes: dict[str, Index] = {}
     t0 = time.monotonic()
     for conv in sorted({q["conv"] for q in qrels}):

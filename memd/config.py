@@ -71,8 +71,10 @@ class SearchConfig:
     mode: SearchMode = "hybrid"
     max_results: int = 6
     min_score: float = 0.35
-    vector_weight: float = 0.7
-    text_weight: float = 0.3
+    # An even split: with the reference's 0.7/0.3, hybrid ranked below keyword-only search on
+    # the LoCoMo set (docs/benchmarks.md); 0.5/0.5 beats both of its halves there.
+    vector_weight: float = 0.5
+    text_weight: float = 0.5
     candidate_multiplier: int = 4
     snippet_chars: int = 700
     decay: bool = False
@@ -287,7 +289,7 @@ def _workspaces(raw: Any) -> tuple[WorkspaceConfig, ...]:
 
 # Variables that are not ``MEMD_<SECTION>_<KEY>`` but are part of the interface.
 _ENV_ALIASES = {"MEMD_LOCAL_MODEL": ("embedding", "model_path"), "MEMD_TIMEZONE": ("", "timezone")}
-_ENV_RESERVED = {"MEMD_HOME", "MEMD_CONFIG"}
+_ENV_RESERVED = {"MEMD_HOME", "MEMD_CONFIG", "MEMD_EMBEDDING_API_KEY"}
 
 
 def _apply_env(values: dict[str, Any], env: Mapping[str, str]) -> None:

@@ -33,8 +33,8 @@ class SearchOptions:
     max_results: int = 6
     min_score: float = 0.35
     sources: tuple[str, ...] | None = None
-    vector_weight: float = 0.7
-    text_weight: float = 0.3
+    vector_weight: float = 0.5
+    text_weight: float = 0.5
     candidate_multiplier: int = 4
     snippet_chars: int = 700
     decay: bool = False
@@ -274,7 +274,11 @@ def _merge(
             chunk_id=row.id,
         )
     if hybrid:
-        for hit in _keyword_hits(keyword_rows, terms, options, {}):
+        tokens: dict[int, set[str]] = {}
+        keyword_hits = _keyword_hits(keyword_rows, terms, options, tokens)
+        relative = _relative_text_scores(keyword_rows, tokens, terms)
+        for hit in keyword_hits:
+            hit.text_score = relative[hit.chunk_id]
             if hit.chunk_id in by_id:
                 existing = by_id[hit.chunk_id]
                 existing.text_score, existing.keyword, existing.exact = (
@@ -286,10 +290,31 @@ def _merge(
                 by_id[hit.chunk_id] = hit
     vw, tw = options.vector_weight, options.text_weight if hybrid else 0.0
     if vw + tw == 0:
-        vw, tw = 0.7, 0.3
+        vw, tw = 0.5, 0.5
     for hit in by_id.values():
         hit.score = (vw * hit.vector_score + tw * hit.text_score) / (vw + tw)
     return list(by_id.values())
+
+
+def _relative_text_scores(
+    rows: Sequence[ChunkRow], tokens: dict[int, set[str]], terms: Sequence[str]
+) -> dict[int, float]:
+    """Keyword scores for the hybrid merge: BM25 relative to this query's best hit, blended
+    with the share of query terms the chunk holds.
+
+    The reference maps each BM25 rank on its own to r/(1+r), which is near 1 for almost every
+    hit, so the keyword half of the merge barely ranks anything (on LoCoMo, hybrid then scored
+    below keyword-only search). Relative to the best hit, it ranks again; the term share keeps
+    an absolute anchor so a weak best hit does not get full marks.
+    """
+    best = max((max(0.0, -r.score) for r in rows), default=0.0)
+    query = list(dict.fromkeys(terms))
+    out = {}
+    for row in rows:
+        rel = max(0.0, -row.score) / best if best > 0 else 0.0
+        share = sum(1 for t in query if t in tokens[row.id]) / len(query) if query else 0.0
+        out[row.id] = (rel + 0.45 * share) / 1.45
+    return out
 
 
 def _finish(store: Store, hits: list[Hit], options: SearchOptions, now: float | None) -> list[Hit]:

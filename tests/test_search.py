@@ -29,7 +29,8 @@ def paths(outcome: object) -> list[str]:
 
 def test_defaults_are_the_reference_ones() -> None:
     assert (DEFAULTS.max_results, DEFAULTS.min_score, DEFAULTS.candidates) == (6, 0.35, 24)
-    assert (DEFAULTS.vector_weight, DEFAULTS.text_weight, DEFAULTS.snippet_chars) == (0.7, 0.3, 700)
+    # memd's one deliberate change of default: an even split (see docs/benchmarks.md)
+    assert (DEFAULTS.vector_weight, DEFAULTS.text_weight, DEFAULTS.snippet_chars) == (0.5, 0.5, 700)
     assert not DEFAULTS.decay and not DEFAULTS.mmr and DEFAULTS.mode == "hybrid"
 
 
@@ -113,7 +114,13 @@ def test_vector_and_hybrid_modes(
         assert outcome.results[0].vector_score > outcome.results[-1].vector_score
     hybrid = search(index, "green tea", opts(min_score=0.0), embedder=fake).results[0]
     assert hybrid.text_score > 0 and hybrid.vector_score > 0
-    assert hybrid.score == pytest.approx(0.7 * hybrid.vector_score + 0.3 * hybrid.text_score)
+    assert hybrid.score == pytest.approx(0.5 * hybrid.vector_score + 0.5 * hybrid.text_score)
+    # the best keyword hit holding every query term gets the full keyword half
+    assert hybrid.text_score == pytest.approx(1.0)
+    weighted = search(
+        index, "green tea", opts(min_score=0.0, vector_weight=0.7, text_weight=0.3), embedder=fake
+    ).results[0]
+    assert weighted.score == pytest.approx(0.7 * weighted.vector_score + 0.3 * weighted.text_score)
 
 
 def test_hybrid_never_drops_an_exact_keyword_hit(
