@@ -39,6 +39,7 @@ class FakeEmbedder(Embedder):
         self.batch_size = batch_size
         self.calls = 0
         self.texts_embedded = 0
+        self.documents_embedded = 0
         self.fail = False
         self._lock = threading.Lock()
 
@@ -48,6 +49,8 @@ class FakeEmbedder(Embedder):
                 raise EmbedFailure("fake embedder told to fail")
             self.calls += 1
             self.texts_embedded += len(texts)
+            if kind == "document":
+                self.documents_embedded += len(texts)
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
         for row, text in enumerate(texts):
             for token in mmr_tokens(text):

@@ -1,14 +1,27 @@
-"""Choose the embedder a configuration asks for, and say why others were passed over."""
+"""Choose the embedder a configuration asks for, and say why others were passed over.
+
+The automatic chain is: the local GGUF model (when one is configured or present in the model
+directory), then the remote providers that have an API key, in the order OpenAI, Gemini, Voyage,
+Mistral; then keyword-only search. Ollama and other OpenAI-compatible servers are used only when
+named explicitly.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from memd.config import EmbeddingConfig
 from memd.embed.base import Embedder
 from memd.embed.fake import FakeEmbedder
+from memd_client.errors import ConfigError, ProviderUnavailable
 
-__all__ = ["Choice", "choose_embedder"]
+__all__ = ["REMOTE_ORDER", "Choice", "choose_embedder"]
+
+REMOTE_ORDER = ("openai", "gemini", "voyage", "mistral")
 
 
 @dataclass
@@ -27,19 +40,76 @@ class Choice:
         return "; ".join(f"{name}: {why}" for name, why in self.skipped)
 
 
-def choose_embedder(config: EmbeddingConfig) -> Choice:
-    """Resolve ``[embedding]`` into an embedder.
-
-    ``none`` is keyword-only by choice; ``fake`` is the deterministic test embedder; the local
-    and remote providers are not part of this build yet, so asking for them (or ``auto``) gives
-    keyword-only search with the reason in status.
-    """
-    provider = config.provider
-    if provider == "none":
+def choose_embedder(
+    config: EmbeddingConfig, *, models_dir: Path | None = None, env: Mapping[str, str] | None = None
+) -> Choice:
+    """Resolve ``[embedding]`` into an embedder (or keyword-only, with the reasons)."""
+    env = os.environ if env is None else env
+    requested = config.provider
+    if requested == "none":
         return Choice(
-            None, provider, protect=False, skipped=[("none", "keyword-only by configuration")]
+            None, requested, protect=False, skipped=[("none", "keyword-only by configuration")]
         )
-    if provider == "fake":
-        return Choice(FakeEmbedder(), provider, protect=False)
-    skipped: list[tuple[str, str]] = [(provider, "provider not available in this build")]
-    return Choice(None, provider, protect=True, skipped=skipped)
+    if requested == "fake":
+        return Choice(FakeEmbedder(), requested, protect=False)
+    skipped: list[tuple[str, str]] = []
+    if requested == "auto":
+        candidates = ["local", *REMOTE_ORDER]
+    else:
+        candidates = [requested]
+        if config.fallback not in ("none", requested):
+            candidates.append(config.fallback)
+    for name in candidates:
+        embedder = _create(name, config, models_dir, env, skipped)
+        if embedder is not None:
+            return Choice(embedder, requested, protect=False, skipped=skipped)
+    return Choice(None, requested, protect=True, skipped=skipped)
+
+
+def _create(
+    name: str,
+    config: EmbeddingConfig,
+    models_dir: Path | None,
+    env: Mapping[str, str],
+    skipped: list[tuple[str, str]],
+) -> Embedder | None:
+    try:
+        if name == "fake":
+            return FakeEmbedder()
+        if name == "local":
+            return _local(config, models_dir, skipped)
+        from memd.embed.remote import create_remote
+
+        return create_remote(name, config, env)
+    except (ProviderUnavailable, ConfigError) as exc:
+        skipped.append((name, str(exc)))
+        return None
+
+
+def _local(
+    config: EmbeddingConfig, models_dir: Path | None, skipped: list[tuple[str, str]]
+) -> Embedder | None:
+    path: Path | None = Path(config.model_path).expanduser() if config.model_path else None
+    if path is None and models_dir is not None:
+        from memd.embed.models import find_default_model
+
+        path = find_default_model(models_dir)
+    if path is None:
+        where = f" and none in {models_dir}" if models_dir else ""
+        skipped.append(
+            ("local", f"no model configured (embedding.model_path or MEMD_LOCAL_MODEL){where}")
+        )
+        return None
+    if not path.is_file():
+        raise ProviderUnavailable(f"model file {path} does not exist")
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ProviderUnavailable("llama-cpp-python is not installed: pip install 'memd[local]'")
+    from memd.embed.llama import LlamaEmbedder
+
+    return LlamaEmbedder(
+        path,
+        threads=config.threads,
+        batch_size=config.batch_size,
+        query_prefix=config.query_prefix or None,
+        document_prefix=config.document_prefix or None,
+    )

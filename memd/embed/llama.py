@@ -1,0 +1,204 @@
+"""LlamaEmbedder: a local GGUF embedding model through llama-cpp-python.
+
+The model's dims, context and name come from the GGUF header, so the index identity is known
+without loading anything; the model itself loads on first use and stays loaded. llama.cpp is not
+re-entrant: every call into the model holds one lock (the daemon also funnels all embedding
+through one worker thread).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memd.embed.base import Embedder, Kind, Vectors, normalize
+from memd.embed.gguf import GGUFError, read_metadata
+from memd_client.errors import ProviderUnavailable
+
+__all__ = ["LlamaEmbedder", "Prefixes", "prefixes_for"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prefixes:
+    query: str = ""
+    document: str = ""
+
+
+# Instructions some embedding models were trained with, matched against the GGUF
+# general.name / general.basename / architecture (lower-cased, first match wins).
+_PREFIX_TABLE: tuple[tuple[str, Prefixes], ...] = (
+    ("embeddinggemma", Prefixes("task: search result | query: ", "title: none | text: ")),
+    ("gemma-embedding", Prefixes("task: search result | query: ", "title: none | text: ")),
+    ("nomic", Prefixes("search_query: ", "search_document: ")),
+    (
+        "qwen3-embedding",
+        Prefixes(
+            "Instruct: Given a web search query, retrieve relevant passages that answer the query\n"
+            "Query: ",
+            "",
+        ),
+    ),
+    ("e5", Prefixes("query: ", "passage: ")),
+    ("bge", Prefixes("Represent this sentence for searching relevant passages: ", "")),
+    ("mxbai-embed", Prefixes("Represent this sentence for searching relevant passages: ", "")),
+    ("arctic-embed", Prefixes("Represent this sentence for searching relevant passages: ", "")),
+)
+
+
+def prefixes_for(meta: dict[str, object]) -> Prefixes:
+    """The query/document prefixes of a model, from its GGUF metadata (none when unknown)."""
+    names = " ".join(
+        str(meta.get(k, "")) for k in ("general.name", "general.basename", "general.architecture")
+    ).lower()
+    for needle, prefixes in _PREFIX_TABLE:
+        if needle in names:
+            return prefixes
+    return Prefixes()
+
+
+class LlamaEmbedder(Embedder):
+    provider = "local"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        threads: int = 0,
+        batch_size: int = 32,
+        query_prefix: str | None = None,
+        document_prefix: str | None = None,
+    ) -> None:
+        self.path = Path(model_path).expanduser()
+        try:
+            meta = read_metadata(self.path)
+        except GGUFError as exc:
+            raise ProviderUnavailable(f"local model: {exc}") from None
+        arch = str(meta.get("general.architecture", ""))
+        dims = meta.get(f"{arch}.embedding_length")
+        if not isinstance(dims, int) or dims <= 0:
+            raise ProviderUnavailable(f"local model {self.path.name}: no embedding length in GGUF")
+        context = meta.get(f"{arch}.context_length")
+        self.meta = meta
+        self.model = self.path.stem
+        self.dims = dims
+        self.max_tokens = int(context) if isinstance(context, int) and context > 0 else 512
+        self.batch_size = batch_size
+        self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
+        table = prefixes_for(meta)
+        self.prefixes = Prefixes(
+            table.query if query_prefix is None else query_prefix,
+            table.document if document_prefix is None else document_prefix,
+        )
+        self._fingerprint = _fingerprint(self.path)
+        self._llm: Any = None
+        self._pool_none = False
+        self._lock = threading.Lock()
+
+    def settings(self) -> dict[str, object]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "file": self._fingerprint,
+            "dims": self.dims,
+            "query_prefix": self.prefixes.query,
+            "document_prefix": self.prefixes.document,
+        }
+
+    @property
+    def loaded(self) -> bool:
+        return self._llm is not None
+
+    def _load(self) -> Any:
+        if self._llm is not None:
+            return self._llm
+        try:
+            from llama_cpp import LLAMA_POOLING_TYPE_NONE, Llama
+        except ImportError:
+            raise ProviderUnavailable(
+                "local provider needs llama-cpp-python: pip install 'memd[local]'"
+            ) from None
+        try:
+            llm = Llama(
+                model_path=str(self.path),
+                embedding=True,
+                verbose=False,
+                n_ctx=self.max_tokens,
+                n_batch=self.max_tokens,
+                n_ubatch=self.max_tokens,
+                n_threads=self.threads,
+                n_threads_batch=self.threads,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ProviderUnavailable(
+                f"local model {self.path.name} failed to load: {exc}"
+            ) from None
+        if llm.n_embd() != self.dims:
+            raise ProviderUnavailable(
+                f"local model {self.path.name}: llama.cpp reports {llm.n_embd()} dims, "
+                f"the GGUF header {self.dims}"
+            )
+        pooling: Any = llm.pooling_type()
+        self._pool_none = int(pooling) == int(LLAMA_POOLING_TYPE_NONE)
+        logger.info(
+            "loaded %s (%d dims, %d tokens, %d threads)",
+            self.path.name,
+            self.dims,
+            self.max_tokens,
+            self.threads,
+        )
+        self._llm = llm
+        return llm
+
+    def count_tokens(self, text: str) -> int:
+        """Exact token count of ``text`` as a document, special tokens and prefix included."""
+        with self._lock:
+            llm = self._load()
+            data = (self.prefixes.document + text).encode("utf-8", "surrogatepass")
+            return len(llm.tokenize(data, add_bos=True, special=False))
+
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        prefix = self.prefixes.query if kind == "query" else self.prefixes.document
+        inputs = [prefix + t for t in texts]
+        with self._lock:
+            llm = self._load()
+            try:
+                out = llm.embed(inputs, normalize=False, truncate=False)
+            except ValueError as exc:
+                # truncate=False: an input longer than the context raises instead of being cut.
+                raise ProviderUnavailable(f"local model: {exc}") from None
+        if self._pool_none:  # per-token vectors: mean-pool them
+            out = [np.mean(np.asarray(tokens, dtype=np.float32), axis=0) for tokens in out]
+        return normalize(np.asarray(out, dtype=np.float32))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._llm is not None:
+                self._llm.close()
+                self._llm = None
+
+    def describe(self) -> str:
+        return f"local:{self.path.name} ({self.dims} dims)"
+
+
+def _fingerprint(path: Path) -> str:
+    """Identify the model file by its size and the hash of its first and last MiB."""
+    st = path.stat()
+    h = hashlib.sha256(str(st.st_size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+        if st.st_size > 2 << 20:
+            f.seek(-(1 << 20), os.SEEK_END)
+            h.update(f.read(1 << 20))
+    return h.hexdigest()[:16]

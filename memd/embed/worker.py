@@ -1,0 +1,124 @@
+"""One thread that owns an embedder; query embeddings jump ahead of queued document batches."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from memd.embed.base import Embedder, Kind, Vectors
+
+__all__ = ["EmbeddingWorker", "WorkerEmbedder"]
+
+logger = logging.getLogger(__name__)
+
+_PRIORITY = {"query": 0, "document": 1}
+
+
+@dataclass(order=True)
+class _Job:
+    priority: int
+    seq: int
+    texts: Sequence[str] = field(compare=False)
+    kind: Kind = field(compare=False)
+    future: Future[Vectors] = field(compare=False)
+
+
+class EmbeddingWorker:
+    """Serialises every call into an embedder through one thread (llama.cpp is not re-entrant).
+
+    Jobs are served by priority: a search's query waits for at most the document batch that is
+    already running, never for the queue behind it.
+    """
+
+    def __init__(self, embedder: Embedder, *, name: str = "memd-embed") -> None:
+        self.embedder = embedder
+        self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stopping = threading.Event()
+        self._started = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if not self._started:
+                self._thread.start()
+                self._started = True
+
+    def submit(self, texts: Sequence[str], kind: Kind = "document") -> Future[Vectors]:
+        if self._stopping.is_set():
+            raise RuntimeError("embedding worker is stopped")
+        self.start()
+        future: Future[Vectors] = Future()
+        self._queue.put(_Job(_PRIORITY[kind], next(self._seq), list(texts), kind, future))
+        return future
+
+    def embed(
+        self, texts: Sequence[str], kind: Kind = "document", timeout: float | None = None
+    ) -> Vectors:
+        return self.submit(texts, kind).result(timeout)
+
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Finish the running job, fail the queued ones, and join the thread."""
+        self._stopping.set()
+        self._queue.put(_Job(-1, -1, [], "query", Future()))  # wakes a blocked get()
+        if self._started:
+            self._thread.join(timeout)
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job.seq >= 0 and job.future.set_running_or_notify_cancel():
+                job.future.set_exception(RuntimeError("embedding worker stopped"))
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job.seq < 0 or self._stopping.is_set():
+                if job.seq >= 0 and job.future.set_running_or_notify_cancel():
+                    job.future.set_exception(RuntimeError("embedding worker stopped"))
+                return
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            try:
+                job.future.set_result(self.embedder.embed_batch(job.texts, kind=job.kind))
+            except BaseException as exc:  # handed to the caller, who decides what it means
+                job.future.set_exception(exc)
+
+
+class WorkerEmbedder(Embedder):
+    """An Embedder whose calls all run on an EmbeddingWorker; same identity as the inner one."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.worker = EmbeddingWorker(inner)
+        self.provider = inner.provider
+        self.model = inner.model
+        self.dims = inner.dims
+        self.max_tokens = inner.max_tokens
+        self.batch_size = inner.batch_size
+
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        return self.worker.embed(texts, kind)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+    def settings(self) -> dict[str, object]:
+        return self.inner.settings()
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.inner.close()
+
+    def describe(self) -> str:
+        return self.inner.describe()

@@ -1,0 +1,77 @@
+"""The embedding worker: one thread, queries ahead of queued document batches."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from memd.embed.base import Kind, Vectors
+from memd.embed.fake import EmbedFailure, FakeEmbedder
+from memd.embed.worker import EmbeddingWorker, WorkerEmbedder
+
+
+class Recording(FakeEmbedder):
+    def __init__(self) -> None:
+        super().__init__(dims=8)
+        self.order: list[str] = []
+        self.threads: set[str] = set()
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        self.started.set()
+        self.gate.wait(5)
+        self.order.append(texts[0])
+        self.threads.add(threading.current_thread().name)
+        return super().embed_batch(texts, kind=kind)
+
+
+def test_query_jumps_ahead_of_queued_documents() -> None:
+    inner = Recording()
+    worker = EmbeddingWorker(inner)
+    try:
+        docs = [worker.submit([f"doc{i}"], "document") for i in range(4)]
+        assert inner.started.wait(5)  # doc0 is running; doc1..doc3 wait in the queue
+        query = worker.submit(["the query"], "query")
+        inner.gate.set()
+        query.result(5)
+        for f in docs:
+            f.result(5)
+    finally:
+        worker.stop()
+    assert inner.order == ["doc0", "the query", "doc1", "doc2", "doc3"]
+    assert inner.threads == {"memd-embed"}
+
+
+def test_errors_reach_the_caller_and_the_worker_survives() -> None:
+    inner = FakeEmbedder(dims=8)
+    wrapped = WorkerEmbedder(inner)
+    try:
+        inner.fail = True
+        with pytest.raises(EmbedFailure):
+            wrapped.embed_batch(["x"])
+        inner.fail = False
+        assert wrapped.embed_query("y").shape == (8,)
+        assert wrapped.settings_key == inner.settings_key
+        assert (wrapped.dims, wrapped.provider, wrapped.model) == (8, "fake", inner.model)
+    finally:
+        wrapped.close()
+
+
+def test_stop_fails_queued_jobs_and_joins() -> None:
+    inner = Recording()
+    worker = EmbeddingWorker(inner)
+    running = worker.submit(["first"], "document")
+    queued = worker.submit(["second"], "document")
+    assert inner.started.wait(5)
+    stopper = threading.Thread(target=worker.stop)
+    stopper.start()
+    inner.gate.set()
+    stopper.join(5)
+    assert running.result(5).shape == (1, 8)
+    with pytest.raises(RuntimeError, match="stopped"):
+        queued.result(5)
+    with pytest.raises(RuntimeError, match="stopped"):
+        worker.submit(["late"])
