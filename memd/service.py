@@ -18,6 +18,7 @@ from typing import Any
 from memd.config import Config
 from memd.embed.base import Embedder
 from memd.embed.select import Choice, choose_embedder
+from memd.embed.worker import WorkerEmbedder
 from memd.files import GetResult, read_lines
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
@@ -55,7 +56,12 @@ class MemoryService:
 
     def __init__(self, config: Config, *, choice: Choice | None = None) -> None:
         self.config = config
-        self.choice = choice or choose_embedder(config.embedding)
+        self.choice = choice or choose_embedder(config.embedding, models_dir=config.dirs.models)
+        if self.choice.embedder is not None and not isinstance(
+            self.choice.embedder, WorkerEmbedder
+        ):
+            # One thread owns the model; searches' query embeddings jump the indexing queue.
+            self.choice.embedder = WorkerEmbedder(self.choice.embedder)
         self.cache = EmbeddingCache(
             config.cache_path, max_entries=config.embedding.cache_max_entries
         )

@@ -173,6 +173,8 @@ def test_interrupted_rebuild_leaves_old_index_intact(
     assert list(index.path.parent.glob("*.tmp-*")) == []
     # Once the model works the rebuild completes and the identity changes.
     other.fail = False
+    assert "rebuild waits" in rebuilding.sync().errors[0][1]
+    rebuilding.reset_backoff()
     report = rebuilding.sync()
     assert report.errors == [] and report.rebuilt
     with index.reader() as store:
@@ -208,6 +210,11 @@ def test_embedding_failure_keeps_file_pending_then_recovers(
         # keyword rows are usable before the vector exists
         assert store.keyword_candidates('"rollout"', None, 5)
     fake.fail = False
+    # The next attempt waits for the backoff, so an outage does not stall every sync.
+    assert syncer.backing_off()
+    report = syncer.sync()
+    assert report.pending_files == 1 and report.embedded == 0
+    syncer.reset_backoff()
     report = syncer.sync()
     assert report.pending_files == 0 and report.embedded == 1
     with index.reader() as store:

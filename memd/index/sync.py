@@ -83,6 +83,10 @@ class Syncer:
         self.protect = protect
         self.last_error: str | None = None
         self.last_sync: float | None = None  # wall-clock time of the last completed sync
+        # After an embedding failure, pending files wait (30 s doubling to 1 h) before the next
+        # attempt, so a provider outage does not stall every sync on retries.
+        self.embed_failures = 0
+        self.retry_at = 0.0  # time.monotonic() of the next allowed attempt
 
     # -- identity -------------------------------------------------------------------------------
 
@@ -122,6 +126,10 @@ class Syncer:
         """
         started = time.monotonic()
         state, reason = self.state()
+        if force:
+            self.reset_backoff()
+        if state == "mismatched" and not force and self.backing_off():
+            return SyncReport(reason=reason, errors=[("", f"rebuild waits: {self.last_error}")])
         if force or state == "mismatched":
             report = self.rebuild(progress=progress, reason="forced" if force else reason)
         else:
@@ -268,9 +276,22 @@ class Syncer:
         report.indexed += 1
         report.chunks_written += len(rows)
 
+    def backing_off(self) -> bool:
+        """True while embedding waits after a failure."""
+        return time.monotonic() < self.retry_at
+
+    def reset_backoff(self) -> None:
+        self.embed_failures = 0
+        self.retry_at = 0.0
+
+    def _failed(self, error: str) -> None:
+        self.last_error = error
+        self.embed_failures += 1
+        self.retry_at = time.monotonic() + min(3600.0, 30.0 * 2 ** (self.embed_failures - 1))
+
     def _embed_pending(self, store: Store, report: SyncReport, progress: Progress | None) -> None:
         e = self.embedder
-        if e is None or store.vector_store == "none":
+        if e is None or store.vector_store == "none" or self.backing_off():
             return
         paths = store.pending_paths()
         for n, path in enumerate(paths, 1):
@@ -280,7 +301,7 @@ class Syncer:
             try:
                 vectors = self._vectors_for(e, todo, report)
             except Exception as exc:  # a provider failure: keep the file pending, say why
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._failed(f"{type(exc).__name__}: {exc}")
                 logger.warning("embedding %s failed: %s", path, self.last_error)
                 report.errors.append((path, f"embedding failed: {self.last_error}"))
                 with contextlib.suppress(apsw.Error), atomic(store.conn):
@@ -289,6 +310,7 @@ class Syncer:
             with atomic(store.conn):
                 store.add_vectors(path, vectors)
                 store.bump_generation()
+            self.reset_backoff()
 
     def _vectors_for(
         self, e: Embedder, todo: list[tuple[int, str, str]], report: SyncReport
