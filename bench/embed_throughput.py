@@ -1,0 +1,114 @@
+"""Embedding throughput: raw llama-cpp-python against memd's whole indexing path.
+
+Both embed the same chunks of the LoCoMo workspaces with the same model and thread count. The
+raw figure is Llama.embed over the chunk texts in batches; memd's is a full first index of the
+workspaces (discovery, chunking with exact token counts, embedding through the worker, SQLite
+writes) from an empty state, so no vector comes from the cache.
+
+    python bench/embed_throughput.py [--model PATH] [--threads 2] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from memd.config import Config
+from memd.embed.llama import LlamaEmbedder
+from memd.embed.worker import WorkerEmbedder
+from memd.index.cache import EmbeddingCache
+from memd.index.chunk import chunk_text
+from memd.index.index import Index
+from memd.index.sync import Syncer
+from memd.workspace import discover
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
+    ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    workspaces = sorted(p for p in Path(args.data).iterdir() if p.is_dir())
+
+    # The chunks memd will embed, cut exactly as memd cuts them.
+    probe = LlamaEmbedder(args.model, threads=args.threads)
+    texts: list[str] = []
+    for ws in workspaces:
+        for f in discover(ws).files:
+            content = f.abs.read_text(encoding="utf-8")
+            chunks = chunk_text(
+                content, 400, 80, count_tokens=probe.count_tokens, max_tokens=probe.max_tokens
+            )
+            texts.extend(c.text for c in chunks)
+    texts = list(dict.fromkeys(texts))  # memd embeds each distinct text once
+    tokens = sum(probe.count_tokens(t) for t in texts)
+    probe.close()
+
+    from llama_cpp import Llama
+
+    llm = Llama(
+        model_path=args.model,
+        embedding=True,
+        verbose=False,
+        n_ctx=512,
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+    )
+    llm.embed(texts[:4], truncate=False)  # warm up
+    start = time.perf_counter()
+    for i in range(0, len(texts), args.batch):
+        llm.embed(texts[i : i + args.batch], normalize=True, truncate=False)
+    raw_s = time.perf_counter() - start
+    llm.close()
+
+    with tempfile.TemporaryDirectory(prefix="memd-bench-") as home:
+        config = Config.load(env={"MEMD_HOME": home})
+        cache = EmbeddingCache(config.cache_path)
+        embedder = WorkerEmbedder(
+            LlamaEmbedder(args.model, threads=args.threads, batch_size=args.batch)
+        )
+        embedder.embed_query("warm up")
+        embedded = 0
+        start = time.perf_counter()
+        for ws in workspaces:
+            index = Index(config.index_dir / f"{ws.name}.sqlite")
+            index.open()
+            report = Syncer(index, ws, config=config.index, embedder=embedder, cache=cache).sync()
+            embedded += report.embedded
+            index.close()
+        memd_s = time.perf_counter() - start
+        embedder.close()
+        cache.close()
+
+    result = {
+        "model": Path(args.model).name,
+        "threads": args.threads,
+        "chunks": len(texts),
+        "tokens": tokens,
+        "raw_seconds": round(raw_s, 2),
+        "raw_chunks_per_s": round(len(texts) / raw_s, 2),
+        "memd_seconds": round(memd_s, 2),
+        "memd_chunks_embedded": embedded,
+        "memd_chunks_per_s": round(embedded / memd_s, 2),
+        "ratio": round((embedded / memd_s) / (len(texts) / raw_s), 3),
+    }
+    print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if embedded == len(texts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
