@@ -619,3 +619,48 @@ def test_canary_key_never_leaks(
             assert secret_part not in text, (name, text)
     # The failures were logged at every level, with the server's text redacted.
     assert "POST" in caplog.text and "retry 1 of 1" in caplog.text and "Bearer ***" in caplog.text
+
+
+def test_canary_key_is_nowhere_in_the_index_or_cache(
+    server: FakeProvider, sleeps: list[float], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Index a workspace through a remote provider, fail once, then grep every file memd wrote."""
+    from memd.config import Config
+    from memd.embed.select import Choice
+    from memd.service import MemoryService
+
+    canary = "sk-canary-" + uuid.uuid4().hex
+    calls = {"n": 0}
+
+    def respond(seen: Seen) -> Reply:
+        calls["n"] += 1
+        if calls["n"] == 1:  # one failure that echoes the key, as a hostile proxy might
+            return 401, {}, {"error": f"bad key {seen.headers.get('authorization')}"}
+        return openai_reply(seen, 8)
+
+    server.responder = respond
+    caplog.set_level(logging.DEBUG)
+    embedder = create_remote(
+        "openai-compatible",
+        EmbeddingConfig(base_url=server.url + "/v1", model="tiny", dimensions=8),
+        {"MEMD_EMBEDDING_API_KEY": canary},
+        sleep=sleeps.append,
+    )
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("remote providers see this text\n")
+    service = MemoryService(Config.load(), choice=Choice(embedder, "openai-compatible", False))
+    try:
+        first = service.sync(str(ws))
+        assert first.pending_files == 1 and "rejected the API key" in first.errors[0][1]
+        service.workspace(str(ws)).syncer.reset_backoff()
+        assert service.sync(str(ws)).pending_files == 0
+        status = json.dumps(service.status(str(ws)))
+    finally:
+        service.close()
+    assert canary not in status and canary not in caplog.text
+    state = Path(os.environ["MEMD_HOME"])
+    files = [p for p in state.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".sqlite" for p in files)
+    for path in files:
+        assert canary.encode() not in path.read_bytes(), path
