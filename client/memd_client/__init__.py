@@ -1,5 +1,16 @@
-"""memd_client: the thin client of the memd daemon (stdlib + msgpack only)."""
+"""memd_client: the thin client of the memd daemon (stdlib + msgpack only).
 
+with memd_client.connect() as c:
+    hits = c.search("/home/me/agent", "when is the launch?")["results"]
+"""
+
+from memd_client.connection import (
+    Client,
+    DaemonNotRunning,
+    DaemonUnavailable,
+    WorkspaceRef,
+    connect,
+)
 from memd_client.errors import (
     BadRequest,
     Busy,
@@ -20,8 +31,11 @@ from memd_client.errors import (
 __all__ = [
     "BadRequest",
     "Busy",
+    "Client",
     "Code",
     "ConfigError",
+    "DaemonNotRunning",
+    "DaemonUnavailable",
     "IndexError_",
     "Internal",
     "MemdError",
@@ -32,4 +46,6 @@ __all__ = [
     "Unauthorized",
     "UnknownMethod",
     "UnknownWorkspace",
+    "WorkspaceRef",
+    "connect",
 ]

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Dirs", "user_dirs"]
+__all__ = ["Dirs", "socket_path", "user_dirs"]
 
 
 @dataclass(frozen=True)
@@ -47,3 +47,12 @@ def user_dirs(env: Mapping[str, str] | None = None) -> Dirs:
     if xdg_runtime:
         return Dirs(config, state, Path(xdg_runtime) / "memd", models, runtime_private=True)
     return Dirs(config, state, state / "run", models, runtime_private=False)
+
+
+def socket_path(env: Mapping[str, str] | None = None) -> Path:
+    """The daemon's socket: ``MEMD_SOCKET`` if set, else ``memd.sock`` in the runtime dir."""
+    env = os.environ if env is None else env
+    explicit = env.get("MEMD_SOCKET")
+    if explicit:
+        return Path(explicit).expanduser()
+    return user_dirs(env).runtime / "memd.sock"

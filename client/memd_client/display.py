@@ -1,0 +1,166 @@
+"""Human-readable lines for memctl's output; stdlib only, colour is the caller's ``style``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+__all__ = [
+    "age",
+    "duration",
+    "model_line",
+    "reindex_line",
+    "search_lines",
+    "search_notes",
+    "status_lines",
+]
+
+# style(text, colour) -> text; memctl passes click.style, which is dropped when not on a TTY.
+Style = Callable[[str, str], str]
+
+
+def _plain(text: str, colour: str) -> str:
+    return text
+
+
+def duration(seconds: float) -> str:
+    """Say a span of time in its two largest units: ``45s``, ``3m 12s``, ``2h 5m``, ``4d 1h``."""
+    s = max(0, int(seconds))
+    for unit, size, sub, subsize in (
+        ("d", 86400, "h", 3600),
+        ("h", 3600, "m", 60),
+        ("m", 60, "s", 1),
+    ):
+        if s >= size:
+            rest = (s % size) // subsize
+            return f"{s // size}{unit}" + (f" {rest}{sub}" if rest else "")
+    return f"{s}s"
+
+
+def age(timestamp: float | None, now: float) -> str:
+    """Say how long ago a Unix time was, or ``never``."""
+    if not timestamp:
+        return "never"
+    return f"{duration(now - timestamp)} ago"
+
+
+def _mb(n: Any) -> str:
+    return f"{n / 1e6:.1f} MB" if isinstance(n, int | float) else "?"
+
+
+def _daemon_line(d: Mapping[str, Any]) -> str:
+    parts = [f"memd {d.get('version', '?')}", f"pid {d.get('pid', '?')}"]
+    if d.get("uptime_s") is not None:
+        parts.append(f"up {duration(d['uptime_s'])}")
+    if d.get("rss_bytes") is not None:
+        parts.append(f"{_mb(d['rss_bytes'])} RSS")
+    if d.get("cpu_percent") is not None:
+        parts.append(f"{d['cpu_percent']:.1f}% CPU")
+    for key in ("threads", "connections"):
+        if d.get(key) is not None:
+            parts.append(f"{d[key]} {key if d[key] != 1 else key[:-1]}")
+    return " · ".join(parts)
+
+
+def _provider_lines(p: Mapping[str, Any]) -> Iterator[str]:
+    active = p.get("active") or "none"
+    line = f"  Provider: {active} {p.get('model') or ''}".rstrip()
+    if p.get("dims"):
+        line += f", {p['dims']} dims"
+    if p.get("requested") and p.get("requested") != active:
+        line += f" (requested {p['requested']})"
+    yield line
+    for skipped in p.get("skipped") or []:
+        yield f"    skipped {skipped.get('provider')}: {skipped.get('reason')}"
+    if p.get("last_error"):
+        yield f"    last error: {p['last_error']}"
+
+
+def _vector_line(v: Mapping[str, Any]) -> str:
+    kind = v.get("kind") or "none"
+    line = f"  Vector store: {kind}"
+    version = v.get("sqlite_vec_version") if v.get("sqlite_vec") else None
+    if version:
+        line += f" {version}" if kind.startswith("sqlite-vec") else f" (sqlite-vec {version})"
+    if v.get("reason"):
+        line += f" — {v['reason']}"
+    return line
+
+
+def _workspace_lines(ws: Mapping[str, Any], now: float, style: Style) -> Iterator[str]:
+    yield style(str(ws.get("workspace", "?")), "cyan") + f" ({ws.get('root', '?')})"
+    yield (
+        f"  Indexed: {ws.get('files_indexed', '?')}/{ws.get('files_on_disk', '?')} files"
+        f" · {ws.get('chunks', '?')} chunks · {ws.get('files_pending', '?')} pending"
+    )
+    yield "  Dirty: " + (style("yes", "yellow") if ws.get("dirty") else "no")
+    yield from _provider_lines(ws.get("provider") or {})
+    yield _vector_line(ws.get("vector_store") or {})
+    identity = ws.get("identity") or {}
+    if identity.get("reason"):
+        yield f"  Index: {identity.get('state')} ({identity['reason']})"
+    watcher = ws.get("watcher") or {}
+    if watcher:
+        line = f"  Watcher: {watcher.get('state', '?')}"
+        if watcher.get("backend"):
+            line += f" ({watcher['backend']})"
+        if watcher.get("reason"):
+            line += f" — {watcher['reason']}"
+        yield line
+    yield f"  Last sync: {age(ws.get('last_sync'), now)}"
+    if ws.get("cache_entries") is not None:
+        yield f"  Cache: {ws['cache_entries']} embeddings"
+
+
+def status_lines(status: Mapping[str, Any], now: float, style: Style = _plain) -> Iterator[str]:
+    """Describe the daemon, then each workspace in a block of indented lines."""
+    daemon = status.get("daemon") or {}
+    if daemon:
+        yield _daemon_line(daemon)
+        if daemon.get("socket"):
+            yield f"Socket: {daemon['socket']}"
+    workspaces = status.get("workspaces") or []
+    if not workspaces:
+        yield "No workspaces registered; add one with `memctl workspace add PATH`."
+    for ws in workspaces:
+        yield ""
+        yield from _workspace_lines(ws, now, style)
+
+
+def search_notes(result: Mapping[str, Any]) -> Iterator[str]:
+    """The caveats of a search (for stderr): the daemon's note, unindexed files, no hits."""
+    if result.get("note"):
+        yield f"note: {result['note']}"
+    fresh = result.get("freshness") or {}
+    if fresh and not fresh.get("fresh", True):
+        pending = fresh.get("pending_files", 0)
+        yield f"note: the index is catching up ({pending} files pending)"
+    if not result.get("results"):
+        yield "No results."
+
+
+def search_lines(result: Mapping[str, Any], style: Style = _plain) -> Iterator[str]:
+    """One line per hit, ``0.873  memory/2026-01-02.md#L3-L9``, and up to 2 snippet lines."""
+    for hit in result.get("results") or []:
+        where = f"{hit.get('path')}#L{hit.get('start_line')}-L{hit.get('end_line')}"
+        yield f"{float(hit.get('score') or 0):.3f}  {style(where, 'cyan')}"
+        lines = [ln.strip() for ln in str(hit.get("snippet") or "").splitlines() if ln.strip()]
+        for line in lines[:2]:
+            yield f"    {line[:120]}"
+
+
+def reindex_line(report: Mapping[str, Any]) -> str:
+    """Sum up one workspace's reindex report on one line."""
+    counts = " · ".join(
+        f"{report.get(k, 0)} {k}"
+        for k in ("scanned", "indexed", "unchanged", "removed", "embedded")
+    )
+    line = f"{report.get('workspace')}: {counts} · {report.get('pending_files', 0)} pending"
+    line += f" ({float(report.get('seconds') or 0):.2f}s)"
+    return line + (" [rebuilt]" if report.get("rebuilt") else "")
+
+
+def model_line(name: str, size: int, sha256: str | None, partial: bool) -> str:
+    """One model file: name, size and the start of its checksum, or that it is unfinished."""
+    tail = "partial download" if partial else f"sha256 {sha256[:12]}…" if sha256 else "unverified"
+    return f"{name}  {_mb(size)}  {tail}"

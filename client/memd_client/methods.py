@@ -1,0 +1,150 @@
+"""The daemon's methods as typed Python calls, each returning the result map of docs/protocol.md."""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memd_client.protocol import PROTOCOL_VERSION
+
+__all__ = ["Methods", "WorkspaceRef"]
+
+# A workspace is a registered name or a directory; a path is sent absolute (the daemon's cwd
+# is not the caller's).
+WorkspaceRef = str | os.PathLike[str]
+
+
+def _absolute(path: str | os.PathLike[str]) -> str:
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
+def _workspace(ref: WorkspaceRef) -> str:
+    return ref if isinstance(ref, str) else _absolute(ref)
+
+
+class Methods(ABC):
+    """One typed wrapper per daemon method over a single ``_map`` primitive."""
+
+    timeout: float | None
+
+    @abstractmethod
+    def _map(self, method: str, params: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Call ``method`` (None params left out) and return its result, which must be a map."""
+
+    def hello(self, client: str | None = None, protocol: int = PROTOCOL_VERSION) -> dict[str, Any]:
+        """Introduce this client; the result names the protocol, server version and methods."""
+        return self._map("hello", {"client": client, "protocol": protocol}, self.timeout)
+
+    def status(self, workspace: WorkspaceRef | None = None) -> dict[str, Any]:
+        """Report the daemon and every workspace (or only ``workspace``)."""
+        ref = None if workspace is None else _workspace(workspace)
+        return self._map("status", {"workspace": ref}, self.timeout)
+
+    def search(
+        self,
+        workspace: WorkspaceRef,
+        query: str,
+        *,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        mode: str | None = None,
+        wait_ms: int | None = None,
+        decay: bool | None = None,
+        mmr: bool | None = None,
+    ) -> dict[str, Any]:
+        """Search a workspace's memory; ``mode`` is "hybrid", "keyword" or "vector".
+
+        Args:
+            wait_ms: how long the daemon may wait for pending edits to be indexed first; the
+                client's timeout is extended by as much.
+        """
+        params = {
+            "workspace": _workspace(workspace),
+            "query": query,
+            "max_results": max_results,
+            "min_score": min_score,
+            "mode": mode,
+            "wait_ms": wait_ms,
+            "decay": decay,
+            "mmr": mmr,
+        }
+        timeout = self.timeout
+        if timeout is not None and wait_ms:
+            timeout += wait_ms / 1000
+        return self._map("search", params, timeout)
+
+    def get(
+        self,
+        workspace: WorkspaceRef,
+        path: str,
+        *,
+        from_line: int | None = None,
+        lines: int | None = None,
+    ) -> dict[str, Any]:
+        """Read ``lines`` lines of a memory file from line ``from_line`` (1-based, default 1)."""
+        params = {
+            "workspace": _workspace(workspace),
+            "path": path,
+            "from": from_line,
+            "lines": lines,
+        }
+        return self._map("get", params, self.timeout)
+
+    def append(self, workspace: WorkspaceRef, text: str) -> dict[str, Any]:
+        """Append ``text`` to today's memory file; returns once it is searchable."""
+        params = {"workspace": _workspace(workspace), "text": text}
+        return self._map("append", params, self.timeout)
+
+    def record_recall(
+        self, workspace: WorkspaceRef, query: str, results: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        """Record that ``results`` (path, start_line, end_line, …) were recalled for ``query``."""
+        params = {"workspace": _workspace(workspace), "query": query, "results": list(results)}
+        return self._map("record_recall", params, self.timeout)
+
+    def reindex(
+        self,
+        workspace: WorkspaceRef | None = None,
+        *,
+        force: bool = False,
+        wait: bool = True,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Reindex one workspace (default all); with ``force``, rebuild from scratch.
+
+        Args:
+            wait: return the reports when done; else return at once with the queued names.
+            timeout: seconds to wait for the reports; None waits as long as indexing takes.
+        """
+        params = {
+            "workspace": None if workspace is None else _workspace(workspace),
+            "force": force or None,
+            "wait": wait,
+        }
+        return self._map("reindex", params, timeout if wait else self.timeout)
+
+    def workspace_add(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        extra_paths: Sequence[str | os.PathLike[str]] | None = None,
+    ) -> dict[str, Any]:
+        """Register the directory ``path`` (made absolute here) as a workspace."""
+        params = {
+            "path": _absolute(path),
+            "name": name,
+            "extra_paths": None if extra_paths is None else [_absolute(p) for p in extra_paths],
+        }
+        return self._map("workspace_add", params, self.timeout)
+
+    def workspace_remove(self, workspace: WorkspaceRef) -> dict[str, Any]:
+        """Unregister a workspace (its files stay); the result says whether one was removed."""
+        params = {"workspace": _workspace(workspace)}
+        return self._map("workspace_remove", params, self.timeout)
+
+    def workspace_list(self) -> dict[str, Any]:
+        """List the registered workspaces."""
+        return self._map("workspace_list", {}, self.timeout)
