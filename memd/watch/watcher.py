@@ -1,0 +1,287 @@
+"""Watch one workspace's memory files, report changed paths (debounced), and keep watching alive:
+restart dead observers, and fall back to polling on watch limits or network filesystems."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from watchdog.observers.api import BaseObserver
+
+from memd.watch.debounce import Debouncer
+from memd.watch.fstype import network_filesystem
+from memd.watch.handler import WATCH_PRESSURE, ObserverHandler
+from memd.watch.layout import RESCAN_ALL, WatchLayout
+from memd.watch.observers import backend_name, dispose, make_observer, reader_alive
+
+__all__ = ["ObserverFactory", "WatcherState", "WorkspaceWatcher"]
+
+logger = logging.getLogger(__name__)
+
+WatcherState = Literal["watching", "polling", "failed", "stopped"]
+ObserverFactory = Callable[[bool], BaseObserver]
+"""Make an unstarted observer; the argument says whether a polling one is wanted."""
+
+_MAX_RESTARTS = 3  # more restarts than this within the window: native watching is given up
+_RESTART_WINDOW_S = 60.0
+
+
+class WorkspaceWatcher:
+    """Watch MEMORY.md/memory.md, memory/ and the extra paths of one workspace.
+
+    ``on_change`` receives sets of workspace-relative keys ("memory/x.md", "../notes/y.md" for
+    an extra path outside the workspace) or ``RESCAN_ALL`` ("*") when a directory changed or
+    events may have been lost. It runs in the debouncer thread, and may run once more during
+    ``stop()`` with the keys still pending. Events are hints: the daemon's periodic rescan
+    stays the source of truth (watchdog drops inotify overflows silently, #654).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        extra_paths: Sequence[str],
+        on_change: Callable[[set[str]], None],
+        *,
+        debounce_ms: int = 1500,
+        max_wait_ms: int | None = 10_000,
+        polling: bool = False,
+        poll_interval_s: float = 2.0,
+        observer_factory: ObserverFactory | None = None,
+    ) -> None:
+        """Prepare the watcher; nothing runs until ``start()``.
+
+        Args:
+            max_wait_ms: deliver at the latest this long after the first pending event, even if
+                events keep coming (None: only after a quiet period).
+            observer_factory: a seam for tests to inject failures (e.g. ENOSPC) that cannot be
+                triggered for real; the default makes a native Observer or a PollingObserver.
+        """
+        self._layout = WatchLayout.build(root, extra_paths)
+        self._debouncer = Debouncer(
+            on_change,
+            debounce_ms / 1000,
+            max_wait_s=None if max_wait_ms is None else max_wait_ms / 1000,
+            name="memd-watch-debounce",
+        )
+        self._poll_interval_s = poll_interval_s
+        self._factory = observer_factory or self._make_observer
+        self._lock = threading.Lock()  # start/stop/check_health; the event handler never takes it
+        self._observer: BaseObserver | None = None
+        self._handler: ObserverHandler | None = None
+        self._use_polling = polling
+        self._started = False
+        self._stopped = False
+        self._warned = False
+        self._restart_times: collections.deque[float] = collections.deque()
+        self._state: WatcherState = "stopped"
+        self._backend: str | None = None
+        self._poll_reason: str | None = "polling requested" if polling else None
+        self._reason: str | None = None
+        self._restarts = 0
+        self._last_event_at: float | None = None
+
+    @property
+    def state(self) -> WatcherState:
+        return self._state
+
+    @property
+    def backend(self) -> str | None:
+        """The observer in use: "inotify", "fsevents", "kqueue", "windowsapi" or "polling"."""
+        return self._backend
+
+    @property
+    def reason(self) -> str | None:
+        """Why the watcher polls or failed (None while watching natively)."""
+        return self._reason
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    @property
+    def last_event_at(self) -> float | None:
+        """Wall-clock time of the last create/modify/delete/move event, reported or not."""
+        return self._last_event_at
+
+    @property
+    def observer(self) -> BaseObserver | None:
+        """The current watchdog observer, for diagnostics and tests."""
+        return self._observer
+
+    def pending(self) -> int:
+        """Return how many keys wait for the debounce."""
+        return self._debouncer.pending()
+
+    def flush(self) -> None:
+        """Deliver the pending keys now instead of after the debounce delay."""
+        self._debouncer.flush()
+
+    def start(self) -> None:
+        """Start watching; on watch limits or a network filesystem, poll instead. Never raises."""
+        with self._lock:
+            if self._started or self._stopped:
+                return
+            self._started = True
+            self._debouncer.start()
+            if not self._use_polling:
+                fstype = network_filesystem(self._layout.root)
+                if fstype is not None:
+                    self._use_polling = True
+                    self._poll_reason = (
+                        f"network filesystem ({fstype}): native events miss remote changes"
+                    )
+                    logger.warning(
+                        "workspace %s: %s; polling", self._layout.root, self._poll_reason
+                    )
+            self._launch_or_fall_back()
+            logger.info(
+                "watching %s: %s (%s)", self._layout.root, self._state, self._backend or "none"
+            )
+
+    def stop(self) -> None:
+        """Stop and join the observer and the debouncer (pending keys are delivered). Idempotent."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            observer, self._observer, self._handler = self._observer, None, None
+            self._state = "stopped"
+        if observer is not None:
+            dispose(observer)
+        # Outside the lock: on_change may still run here and may read this watcher.
+        self._debouncer.stop()
+
+    def check_health(self) -> bool:
+        """Restart a dead observer or emitter, or fall back to polling; True if all was well.
+
+        Called periodically by the daemon. After any restart the whole workspace is rescanned
+        ("*" is pushed), since events may have been lost. Never raises.
+        """
+        try:
+            with self._lock:
+                return self._check()
+        except Exception:
+            logger.exception("file watcher health check failed")
+            return False
+
+    def _check(self) -> bool:
+        if not self._started or self._stopped:
+            return True
+        observer, handler = self._observer, self._handler
+        if not os.path.isdir(self._layout.root):
+            if observer is not None:
+                self._observer = self._handler = None
+                dispose(observer)
+                self._fail("workspace directory is missing")
+                self._debouncer.push(RESCAN_ALL)
+            return False
+        if observer is None or handler is None:  # failed earlier: try again
+            self._launch_or_fall_back()
+            if self._observer is not None:
+                logger.info("file watcher recovered: %s", self._state)
+                self._debouncer.push(RESCAN_ALL)
+            return False
+        problem: str | None = None
+        if not observer.is_alive():
+            problem = "the observer thread died"
+        elif not reader_alive(observer):
+            problem = "the inotify reader thread died"
+        elif crashed := handler.crashed_emitters():
+            problem = f"the emitter thread for {crashed[0]} died"
+        elif handler.failure is not None:
+            problem = handler.failure
+        if problem is None:
+            if handler.sync_watches():
+                self._debouncer.push(RESCAN_ALL)
+            return True
+        self._restart(observer, problem)
+        return False
+
+    def _restart(self, observer: BaseObserver, problem: str) -> None:
+        logger.error("file watcher (%s): %s; restarting it and rescanning", self._backend, problem)
+        self._observer = self._handler = None
+        dispose(observer)
+        self._restarts += 1
+        now = time.monotonic()
+        self._restart_times.append(now)
+        while self._restart_times and now - self._restart_times[0] > _RESTART_WINDOW_S:
+            self._restart_times.popleft()
+        if not self._use_polling and len(self._restart_times) > _MAX_RESTARTS:
+            count = len(self._restart_times)
+            self._fall_back(f"observer restarted {count} times within 60 s ({problem})")
+        else:
+            self._launch_or_fall_back()
+        self._debouncer.push(RESCAN_ALL)
+
+    def _launch_or_fall_back(self) -> None:
+        try:
+            self._launch(polling=self._use_polling)
+        except OSError as exc:
+            if not self._use_polling and exc.errno in WATCH_PRESSURE:
+                self._fall_back(WATCH_PRESSURE[exc.errno])
+            else:
+                self._fail(_describe(exc))
+        except Exception as exc:
+            self._fail(_describe(exc))
+
+    def _fall_back(self, reason: str) -> None:
+        self._use_polling = True
+        self._poll_reason = reason
+        if not self._warned:
+            self._warned = True
+            logger.warning("file watcher for %s: %s; polling instead", self._layout.root, reason)
+        else:
+            logger.info("file watcher for %s: %s; polling instead", self._layout.root, reason)
+        try:
+            self._launch(polling=True)
+        except Exception as exc:
+            self._fail(f"{reason}; polling failed too: {_describe(exc)}")
+
+    def _fail(self, reason: str) -> None:
+        again = self._state == "failed" and self._reason == reason
+        self._state = "failed"
+        self._reason = reason
+        # Retried on every health check: say it once, not every few seconds.
+        logger.log(
+            logging.DEBUG if again else logging.WARNING,
+            "file watcher for %s failed: %s",
+            self._layout.root,
+            reason,
+        )
+
+    def _launch(self, *, polling: bool) -> None:
+        """Make, schedule and start an observer, or clean it up and raise."""
+        if not os.path.isdir(self._layout.root):
+            raise FileNotFoundError(f"workspace directory is missing: {self._layout.root}")
+        observer = self._factory(polling)
+        handler = ObserverHandler(self._layout, observer, self._debouncer.push, self._touch)
+        try:
+            handler.schedule_initial()
+            observer.start()
+        except BaseException:
+            dispose(observer)
+            raise
+        self._observer, self._handler = observer, handler
+        self._backend = backend_name(observer)
+        if self._backend == "polling":
+            self._state = "polling"
+            self._reason = self._poll_reason or "no native file watcher on this platform"
+        else:
+            self._state = "watching"
+            self._reason = None
+
+    def _make_observer(self, polling: bool) -> BaseObserver:
+        return make_observer(polling=polling, poll_interval_s=self._poll_interval_s)
+
+    def _touch(self) -> None:
+        self._last_event_at = time.time()
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
