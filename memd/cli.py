@@ -66,6 +66,37 @@ def cli(ctx: click.Context, config_path: str | None, log_level: str) -> None:
     configure_logging(log_level)
     ctx.ensure_object(dict)
     ctx.obj["config"] = config_path
+    ctx.obj["log_level"] = log_level
+
+
+@cli.command("run")
+@click.option(
+    "--socket",
+    "socket_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="MEMD_SOCKET",
+    help="Socket path (default: $XDG_RUNTIME_DIR/memd/memd.sock).",
+)
+@click.pass_context
+def run_cmd(ctx: click.Context, socket_path: str | None) -> None:
+    """Run the daemon in the foreground (what the systemd/launchd service starts).
+
+    Exit codes: 0 clean stop, 3 start-up failure, 4 already running.
+    """
+    from pathlib import Path
+
+    from memd.daemon import EXIT_STARTUP_FAILURE, Daemon
+
+    if ctx.obj.get("log_level") == "warning":
+        configure_logging("info")
+    try:
+        config = Config.load(ctx.obj.get("config"))
+    except MemdError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        ctx.exit(EXIT_STARTUP_FAILURE)
+    daemon = Daemon(config, socket=Path(socket_path) if socket_path else None)
+    ctx.exit(daemon.run())
 
 
 @cli.command("index")

@@ -7,11 +7,12 @@ workspace has one Index and one Syncer; writes to a workspace are serialised by 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +35,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class Workspace:
-    """A workspace memd serves, with its index and the lock that serialises its writes."""
+    """A workspace memd serves, with its index and its syncer (whose lock serialises writes)."""
 
     name: str
     root: Path
     extra_paths: tuple[str, ...]
     index: Index
     syncer: Syncer
-    lock: threading.Lock = field(default_factory=threading.Lock)
     last_report: SyncReport | None = None
 
 
@@ -78,7 +78,7 @@ class MemoryService:
     def close(self) -> None:
         with self._lock:
             for ws in self._workspaces.values():
-                with ws.lock:
+                with ws.syncer.lock:
                     ws.index.close()
             self._workspaces.clear()
             self._names.clear()
@@ -122,6 +122,29 @@ class MemoryService:
             logger.info("workspace %s at %s (index %s)", name, root, index.path)
             return ws
 
+    def remove_workspace(self, ref: str) -> bool:
+        """Forget a workspace and delete its index (the Markdown is untouched)."""
+        ws = self.workspace(ref)
+        with self._lock:
+            self._workspaces.pop(ws.root, None)
+            self._names.pop(ws.name, None)
+        with ws.syncer.lock:
+            ws.index.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(ws.index.path) + suffix).unlink(missing_ok=True)
+        logger.info("workspace %s removed", ws.name)
+        return True
+
+    def record_recall(self, ref: str, query: str, results: list[dict[str, Any]]) -> int:
+        """Keep a record of which results a caller used (promotion reads these later)."""
+        ws = self.workspace(ref)
+        folder = self.config.state_dir / "recalls"
+        folder.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"at": time.time(), "query": query, "results": results})
+        with open(folder / f"{ws.index.path.stem}.jsonl", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        return len(results)
+
     def workspace(self, ref: str) -> Workspace:
         """Find a workspace by registered name or path; an unregistered directory is added."""
         if not isinstance(ref, str) or not ref:
@@ -148,9 +171,8 @@ class MemoryService:
         self, ref: str, *, force: bool = False, embed: bool = True, progress: Progress | None = None
     ) -> SyncReport:
         ws = self.workspace(ref)
-        with ws.lock:
-            report = ws.syncer.sync(force=force, embed=embed, progress=progress)
-            ws.last_report = report
+        report = ws.syncer.sync(force=force, embed=embed, progress=progress)
+        ws.last_report = report
         return report
 
     def search(self, ref: str, query: str, **overrides: Any) -> SearchOutcome:

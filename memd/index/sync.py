@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -87,6 +88,9 @@ class Syncer:
         # attempt, so a provider outage does not stall every sync on retries.
         self.embed_failures = 0
         self.retry_at = 0.0  # time.monotonic() of the next allowed attempt
+        # Held by every write to the live index; a rebuild holds it only to publish.
+        self.lock = threading.RLock()
+        self.rebuilding = False
 
     # -- identity -------------------------------------------------------------------------------
 
@@ -117,40 +121,62 @@ class Syncer:
     # -- sync -----------------------------------------------------------------------------------
 
     def sync(
-        self, *, force: bool = False, embed: bool = True, progress: Progress | None = None
+        self,
+        *,
+        force: bool = False,
+        embed: bool = True,
+        allow_rebuild: bool = True,
+        progress: Progress | None = None,
     ) -> SyncReport:
         """Reconcile the index with the files; rebuild when forced or when the identity changed.
 
         With ``embed=False`` only the keyword rows are written (files with missing vectors stay
-        pending), which is how a first search on a new workspace gets its answer quickly.
+        pending), which is how a first search on a new workspace gets its answer quickly. With
+        ``allow_rebuild=False`` (the daemon, which rebuilds on a thread of its own) a changed
+        identity only brings the keyword rows of the live index up to date.
         """
         started = time.monotonic()
         state, reason = self.state()
         if force:
             self.reset_backoff()
-        if state == "mismatched" and not force and self.backing_off():
+        rebuild_now = force or (state == "mismatched" and allow_rebuild and not self.rebuilding)
+        if rebuild_now and not force and self.backing_off():
             return SyncReport(reason=reason, errors=[("", f"rebuild waits: {self.last_error}")])
-        if force or state == "mismatched":
-            report = self.rebuild(progress=progress, reason="forced" if force else reason)
-        else:
-            report = SyncReport(reason=reason)
+        if rebuild_now:
+            return self.rebuild(progress=progress, reason="forced" if force else reason)
+        report = SyncReport(reason=reason)
+        with self.lock, translate_errors("sync"):
             writer = self.index.writer()
-            with translate_errors("sync"):
-                if state == "missing":
-                    if writer.counts()["files"]:
+            if state == "missing":
+                if writer.counts()["files"]:
+                    if allow_rebuild:
                         return self.rebuild(progress=progress, reason="identity missing")
+                else:
                     with atomic(writer.conn):
                         writer.set_identity(self.expected_identity().to_dict())
                         writer = self.index.writer()  # a store that knows the vector table
                         writer.ensure_vector_table()
-                self._reconcile(writer, report, progress, fresh=False)
-                if embed and state != "protected":
-                    self._embed_pending(writer, report, progress)
-                report.pending_files = writer.counts()["pending_files"]
+            self._reconcile(writer, report, progress, fresh=False)
+            if embed:
+                self._embed_pending(writer, report, progress)
+            report.pending_files = writer.counts()["pending_files"]
         report.seconds = time.monotonic() - started
         if not report.errors:
             self.last_sync = time.time()
         return report
+
+    def embed_pending(self, max_files: int | None = None) -> SyncReport:
+        """Embed the chunks still lacking vectors in the live index (at most ``max_files``)."""
+        report = SyncReport()
+        with self.lock, translate_errors("embed"):
+            writer = self.index.writer()
+            self._embed_pending(writer, report, None, max_files=max_files)
+            report.pending_files = writer.counts()["pending_files"]
+        return report
+
+    def has_pending(self) -> bool:
+        with self.index.reader() as store:
+            return bool(store.counts()["pending_files"])
 
     def rebuild(
         self, *, progress: Progress | None = None, reason: str | None = "forced"
@@ -159,6 +185,19 @@ class Syncer:
         searches meanwhile and stays untouched if anything fails."""
         started = time.monotonic()
         report = SyncReport(rebuilt=True, reason=reason)
+        with self.lock:
+            if self.rebuilding:
+                report.errors.append(("", "a rebuild is already running"))
+                return report
+            self.rebuilding = True
+        try:
+            self._rebuild(report, progress)
+        finally:
+            self.rebuilding = False
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _rebuild(self, report: SyncReport, progress: Progress | None) -> None:
         temp = self.index.temp_path()
         expected = self.expected_identity()
         conn: apsw.Connection | None = None
@@ -183,7 +222,12 @@ class Syncer:
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 conn.close()
                 conn = None
-                self.index.swap_in(temp)
+                with self.lock:
+                    self.index.swap_in(temp)
+                    # Files may have changed while the new index was built: catch up now.
+                    writer = self.index.writer()
+                    self._reconcile(writer, SyncReport(), None, fresh=False)
+                    self._embed_pending(writer, SyncReport(), None)
                 self.last_sync = time.time()
         except BaseException as exc:
             if conn is not None:
@@ -195,8 +239,6 @@ class Syncer:
                 logger.warning("rebuild of %s abandoned, old index kept: %s", self.root, exc)
             else:
                 raise
-        report.seconds = time.monotonic() - started
-        return report
 
     # -- the two phases -------------------------------------------------------------------------
 
@@ -210,6 +252,7 @@ class Syncer:
         now_ns = time.time_ns()
         identity = Index.stored_identity(store.conn)
         model = identity.model if identity else KEYWORD_ONLY_MODEL
+        same_vectors = self._same_vectors(store)
         for n, f in enumerate(found.files, 1):
             if progress:
                 progress("scan", n, len(found.files))
@@ -232,7 +275,9 @@ class Syncer:
                         store.touch_file(f.rel, f.mtime_ns, f.size)
                 report.unchanged += 1
                 continue
-            self._index_file(store, f, data.decode("utf-8", "replace"), file_hash, model, report)
+            self._index_file(
+                store, f, data.decode("utf-8", "replace"), file_hash, model, report, same_vectors
+            )
         if found.complete:
             present = {f.rel for f in found.files}
             gone = [p for p, r in stored.items() if p not in present and r.source == "memory"]
@@ -243,7 +288,14 @@ class Syncer:
                 report.removed += 1
 
     def _index_file(
-        self, store: Store, f: SourceFile, text: str, file_hash: str, model: str, report: SyncReport
+        self,
+        store: Store,
+        f: SourceFile,
+        text: str,
+        file_hash: str,
+        model: str,
+        report: SyncReport,
+        same_vectors: bool,
     ) -> None:
         e = self.embedder
         chunks = chunk_text(
@@ -254,7 +306,7 @@ class Syncer:
             max_tokens=e.max_tokens if e else None,
         )
         cached: dict[str, Vectors] = {}
-        if e is not None and self.cache is not None and store.vector_store != "none":
+        if e is not None and self.cache is not None and same_vectors:
             cached = self.cache.get_many(e.settings_key, (c.hash for c in chunks), e.dims)
             report.cache_hits += sum(1 for c in chunks if c.hash in cached)
         rows = [
@@ -289,11 +341,28 @@ class Syncer:
         self.embed_failures += 1
         self.retry_at = time.monotonic() + min(3600.0, 30.0 * 2 ** (self.embed_failures - 1))
 
-    def _embed_pending(self, store: Store, report: SyncReport, progress: Progress | None) -> None:
+    def _same_vectors(self, store: Store) -> bool:
+        """True when ``store`` holds vectors of this syncer's embedder (so they may be added)."""
+        identity = Index.stored_identity(store.conn)
+        return (
+            self.embedder is not None
+            and identity is not None
+            and store.vector_store != "none"
+            and identity.settings_key == self.embedder.settings_key
+        )
+
+    def _embed_pending(
+        self,
+        store: Store,
+        report: SyncReport,
+        progress: Progress | None,
+        *,
+        max_files: int | None = None,
+    ) -> None:
         e = self.embedder
-        if e is None or store.vector_store == "none" or self.backing_off():
+        if e is None or not self._same_vectors(store) or self.backing_off():
             return
-        paths = store.pending_paths()
+        paths = store.pending_paths()[:max_files]
         for n, path in enumerate(paths, 1):
             if progress:
                 progress("embed", n, len(paths))

@@ -1,0 +1,414 @@
+"""The methods of memd's socket protocol as plain Python: argument checks, freshness, waits.
+
+Dispatch (memd.ipc) maps a request to one of these methods and never sees the index; these
+methods never see a socket or msgpack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from memd import __version__
+from memd.indexer import URGENT, Indexer
+from memd.service import MemoryService, Workspace
+from memd_client.errors import BadRequest, Timeout, UnknownWorkspace
+from memd_client.protocol import PROTOCOL_VERSION
+
+__all__ = ["Api"]
+
+MAX_WAIT_MS = 60_000
+
+
+def _str(
+    params: Mapping[str, Any], name: str, *, required: bool = True, default: str | None = None
+) -> str | None:
+    value = params.get(name, default)
+    if value is None:
+        if required:
+            raise BadRequest(f"{name} is required")
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string")
+    return value
+
+
+def _int(
+    params: Mapping[str, Any], name: str, lo: int, hi: int, default: int | None = None
+) -> int | None:
+    value = params.get(name, default)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise BadRequest(f"{name} must be a whole number from {lo} to {hi}")
+    return value
+
+
+def _float(params: Mapping[str, Any], name: str, lo: float, hi: float) -> float | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
+        raise BadRequest(f"{name} must be a number from {lo} to {hi}")
+    return float(value)
+
+
+def _bool(params: Mapping[str, Any], name: str) -> bool | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name} must be true or false")
+    return value
+
+
+def _only(params: Mapping[str, Any], *names: str) -> None:
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise BadRequest(f"unknown parameter(s): {', '.join(unknown)}")
+
+
+class Api:
+    """Everything the daemon answers; thread-safe (many connection threads call it at once)."""
+
+    def __init__(
+        self,
+        service: MemoryService,
+        indexer: Indexer,
+        *,
+        registry: Path,
+        watcher_state: Callable[[Workspace], dict[str, Any]] | None = None,
+        on_workspace_added: Callable[[Workspace], None] | None = None,
+        on_workspace_removed: Callable[[Workspace], None] | None = None,
+        socket_path: str = "",
+    ) -> None:
+        self.service = service
+        self.indexer = indexer
+        self.registry = registry
+        self.watcher_state = watcher_state or (
+            lambda ws: {"state": "none", "backend": None, "reason": None}
+        )
+        self.on_workspace_added = on_workspace_added
+        self.on_workspace_removed = on_workspace_removed
+        self.socket_path = socket_path
+        self.started_at = time.time()
+        self.connections = 0
+        self._registry_lock = threading.Lock()
+        self._process = psutil.Process()
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _ws(self, params: Mapping[str, Any]) -> Workspace:
+        ref = _str(params, "workspace")
+        assert ref is not None
+        try:
+            return self.service.workspace(ref)
+        except UnknownWorkspace:
+            raise
+        except BadRequest:
+            raise
+
+    def freshness(self, ws: Workspace, *, waited_ms: int = 0) -> dict[str, Any]:
+        with ws.index.reader() as store:
+            generation = store.generation()
+            counts = store.counts()
+        watcher = self.watcher_state(ws)
+        pending = self.indexer.pending(ws)
+        last_event = watcher.get("last_event_at")
+        if watcher.get("pending") and not (
+            last_event and self.indexer.synced_since(ws, last_event)
+        ):
+            pending += int(watcher["pending"])  # events still in the debounce window
+        return {
+            "generation": generation,
+            "pending_files": pending,
+            "unembedded_files": counts["pending_files"],
+            "rebuilding": ws.syncer.rebuilding,
+            "watcher": watcher.get("state"),
+            "last_sync": ws.syncer.last_sync,
+            "waited_ms": waited_ms,
+            "fresh": pending == 0,
+        }
+
+    def _wait_fresh(self, ws: Workspace, wait_ms: int) -> int:
+        """Sync ``ws`` now and wait up to ``wait_ms`` for it; return the time waited."""
+        start = time.monotonic()
+        future = self.indexer.request_sync(ws, priority=URGENT)
+        try:
+            future.result(timeout=wait_ms / 1000)
+        except FutureTimeout:
+            pass
+        return int((time.monotonic() - start) * 1000)
+
+    # -- methods --------------------------------------------------------------------------------
+
+    def hello(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(params, "client", "protocol")
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "server": "memd",
+            "version": __version__,
+            "pid": os.getpid(),
+            "methods": sorted(METHODS),
+        }
+
+    def status(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(params, "workspace")
+        targets = (
+            [self._ws(params)] if params.get("workspace") is not None else self.service.workspaces()
+        )
+        with self._process.oneshot():
+            daemon = {
+                "pid": os.getpid(),
+                "version": __version__,
+                "started_at": self.started_at,
+                "uptime_s": round(time.time() - self.started_at, 1),
+                "rss_bytes": self._process.memory_info().rss,
+                "cpu_percent": self._process.cpu_percent(interval=None),
+                "threads": self._process.num_threads(),
+                "connections": self.connections,
+                "socket": self.socket_path,
+            }
+        workspaces = []
+        for ws in targets:
+            st = self.service.status(ws.name)
+            st["freshness"] = self.freshness(ws)
+            st["watcher"] = self.watcher_state(ws)
+            workspaces.append(st)
+        return {"daemon": daemon, "workspaces": workspaces}
+
+    def search(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(
+            params,
+            "workspace",
+            "query",
+            "max_results",
+            "min_score",
+            "mode",
+            "wait_ms",
+            "decay",
+            "mmr",
+            "sources",
+        )
+        ws = self._ws(params)
+        query = _str(params, "query")
+        assert query is not None
+        if len(query) > 4096:
+            raise BadRequest("query is longer than 4096 characters")
+        mode = _str(params, "mode", required=False)
+        if mode is not None and mode not in ("hybrid", "keyword", "vector"):
+            raise BadRequest("mode must be hybrid, keyword or vector")
+        wait_ms = _int(params, "wait_ms", 0, MAX_WAIT_MS, 0) or 0
+        sources = params.get("sources")
+        if sources is not None and (
+            not isinstance(sources, list) or not all(s in ("memory", "sessions") for s in sources)
+        ):
+            raise BadRequest("sources must be a list of 'memory' and 'sessions'")
+        waited = self._wait_fresh(ws, wait_ms) if wait_ms else 0
+        outcome = self.service.search(
+            ws.name,
+            query,
+            max_results=_int(params, "max_results", 1, 100),
+            min_score=_float(params, "min_score", 0.0, 1.0),
+            mode=mode,
+            decay=_bool(params, "decay"),
+            mmr=_bool(params, "mmr"),
+            sources=tuple(sources) if sources else None,
+        )
+        return {
+            "results": [h.to_dict() for h in outcome.results],
+            "freshness": self.freshness(ws, waited_ms=waited),
+            "provider": outcome.provider,
+            "model": outcome.model,
+            "mode": outcome.mode,
+            "note": outcome.note,
+        }
+
+    def get(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(params, "workspace", "path", "from", "lines")
+        ws = self._ws(params)
+        path = params.get("path")
+        if not isinstance(path, str):
+            raise BadRequest("path must be a string")
+        result = self.service.get(
+            ws.name, path, _int(params, "from", 1, 10**9, 1) or 1, _int(params, "lines", 1, 10_000)
+        )
+        return {
+            "path": result.path,
+            "text": result.text,
+            "from": result.from_line,
+            "lines": result.lines,
+            "truncated": result.truncated,
+            "next_from": result.next_from,
+            "missing": result.missing,
+            "freshness": self.freshness(ws),
+        }
+
+    def append(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(params, "workspace", "text")
+        ws = self._ws(params)
+        text = _str(params, "text")
+        assert text is not None
+        try:
+            appended = self.indexer.append(ws, text).result(timeout=60)
+        except FutureTimeout:
+            raise Timeout(
+                "append: the index did not catch up within 60 s; the text is on disk"
+            ) from None
+        return {
+            "path": appended.path,
+            "start_line": appended.start_line,
+            "end_line": appended.end_line,
+            "freshness": self.freshness(ws),
+        }
+
+    def record_recall(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(params, "workspace", "query", "results")
+        ws = self._ws(params)
+        query = _str(params, "query")
+        results = params.get("results")
+        if not isinstance(results, list) or len(results) > 100:
+            raise BadRequest("results must be a list of at most 100 items")
+        clean = []
+        for item in results:
+            if not isinstance(item, dict):
+                raise BadRequest("each result must be a map with path, start_line, end_line")
+            path = _str(item, "path")
+            start = _int(item, "start_line", 1, 10**9)
+            end = _int(item, "end_line", 1, 10**9)
+            if start is None or end is None or end < start:
+                raise BadRequest("each result needs start_line <= end_line")
+            score = _float(item, "score", 0.0, 1.0)
+            clean.append({"path": path, "start_line": start, "end_line": end, "score": score})
+        return {"recorded": self.service.record_recall(ws.name, query or "", clean)}
+
+    def reindex(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(params, "workspace", "force", "wait")
+        targets = (
+            [self._ws(params)] if params.get("workspace") is not None else self.service.workspaces()
+        )
+        force = bool(_bool(params, "force"))
+        wait = _bool(params, "wait")
+        futures = [(ws, self.indexer.reindex(ws, force=force)) for ws in targets]
+        if wait is False:
+            return {"queued": [ws.name for ws, _ in futures]}
+        reports = []
+        for ws, future in futures:
+            r = future.result()
+            reports.append(
+                {
+                    "workspace": ws.name,
+                    "scanned": r.scanned,
+                    "indexed": r.indexed,
+                    "unchanged": r.unchanged,
+                    "removed": r.removed,
+                    "embedded": r.embedded,
+                    "pending_files": r.pending_files,
+                    "rebuilt": r.rebuilt,
+                    "errors": [list(e) for e in r.errors],
+                    "seconds": round(r.seconds, 3),
+                }
+            )
+        return {"workspaces": reports}
+
+    def workspace_add(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(params, "path", "name", "extra_paths")
+        path = _str(params, "path")
+        assert path is not None
+        if not os.path.isabs(path):
+            raise BadRequest("path must be absolute")
+        extra = params.get("extra_paths") or []
+        if not isinstance(extra, list) or not all(isinstance(e, str) for e in extra):
+            raise BadRequest("extra_paths must be a list of strings")
+        ws = self.service.add_workspace(
+            path, name=_str(params, "name", required=False) or "", extra_paths=tuple(extra)
+        )
+        self._save_registry()
+        if self.on_workspace_added:
+            self.on_workspace_added(ws)
+        self.indexer.request_sync(ws)
+        return {"name": ws.name, "path": str(ws.root), "extra_paths": list(ws.extra_paths)}
+
+    def workspace_remove(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(params, "workspace")
+        ws = self._ws(params)
+        if self.on_workspace_removed:
+            self.on_workspace_removed(ws)
+        removed = self.service.remove_workspace(ws.name)
+        self._save_registry()
+        return {"removed": removed}
+
+    def workspace_list(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(params)
+        return {
+            "workspaces": [
+                {"name": ws.name, "path": str(ws.root), "extra_paths": list(ws.extra_paths)}
+                for ws in self.service.workspaces()
+            ]
+        }
+
+    # -- registry -------------------------------------------------------------------------------
+
+    def _save_registry(self) -> None:
+        entries = [
+            {"name": ws.name, "path": str(ws.root), "extra_paths": list(ws.extra_paths)}
+            for ws in self.service.workspaces()
+        ]
+        with self._registry_lock:
+            save_registry(self.registry, entries)
+
+
+def load_registry(path: Path) -> list[dict[str, Any]]:
+    """Registered workspaces from ``workspaces.json`` ([] when absent or unreadable)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        return []
+    return [
+        e
+        for e in data.get("workspaces", [])
+        if isinstance(e, dict) and isinstance(e.get("path"), str)
+    ]
+
+
+def save_registry(path: Path, entries: list[dict[str, Any]]) -> None:
+    """Write the registry atomically (temp file, fsync, rename, fsync of the directory)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    data = json.dumps({"version": 1, "workspaces": entries}, indent=2) + "\n"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+METHODS = (
+    "hello",
+    "status",
+    "search",
+    "get",
+    "append",
+    "record_recall",
+    "reindex",
+    "workspace_add",
+    "workspace_remove",
+    "workspace_list",
+)

@@ -1,0 +1,316 @@
+"""The composition root and lifecycle of ``memd run``.
+
+Start-up order: config -> stores -> indexer -> watchers -> socket (last), then READY=1 to
+systemd. Shutdown runs in reverse: stop accepting, stop watchers, let the writer finish its
+job, close the stores and the model. Signal handlers only record the signal; the main loop acts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from memd.api import Api, load_registry
+from memd.config import Config
+from memd.embed.select import Choice
+from memd.indexer import RECONCILE, Indexer
+from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
+from memd.ipc.server import prepare_directory
+from memd.service import MemoryService, Workspace
+from memd.watch import WorkspaceWatcher
+from memd_client.errors import MemdError
+from memd_client.paths import socket_path
+
+__all__ = ["EXIT_ALREADY_RUNNING", "EXIT_OK", "EXIT_STARTUP_FAILURE", "Daemon", "sd_notify"]
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_STARTUP_FAILURE = 3
+EXIT_ALREADY_RUNNING = 4
+
+HEALTH_EVERY_S = 5.0
+
+
+def sd_notify(message: str) -> bool:
+    """Send ``message`` to systemd's notify socket, if there is one (a datagram, no dependency)."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(address)
+            sock.sendall(message.encode())
+        except OSError as exc:
+            logger.warning("sd_notify failed: %s", exc)
+            return False
+    return True
+
+
+class Daemon:
+    """One memd process: every workspace, one writer, one embedder, one socket."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        choice: Choice | None = None,
+        socket: Path | None = None,
+        debounce_ms: int | None = None,
+    ) -> None:
+        self.config = config
+        self.choice = choice
+        self.socket_path = socket or socket_path()
+        self.debounce_ms = config.watch.debounce_ms if debounce_ms is None else debounce_ms
+        self.should_exit = threading.Event()
+        self.reload_requested = threading.Event()
+        self.ready = threading.Event()
+        self.service: MemoryService | None = None
+        self.indexer: Indexer | None = None
+        self.server: Server | None = None
+        self.api: Api | None = None
+        self.watchers: dict[Path, WorkspaceWatcher] = {}
+        self._watch_lock = threading.Lock()
+        self._lock_fd: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def run(self, *, install_signals: bool = True) -> int:
+        """Start, serve until told to stop, shut down; return the exit code."""
+        try:
+            self.startup()
+        except AlreadyRunning as exc:
+            logger.error("%s", exc)
+            self.shutdown()
+            return EXIT_ALREADY_RUNNING
+        except (StartupError, MemdError, OSError) as exc:
+            logger.error("memd could not start: %s", exc)
+            self.shutdown()
+            return EXIT_STARTUP_FAILURE
+        with self.capture_signals() if install_signals else contextlib.nullcontext():
+            self.main_loop()
+        self.shutdown()
+        return EXIT_OK
+
+    def startup(self) -> None:
+        self._take_lock()
+        service = MemoryService(self.config, choice=self.choice)
+        self.service = service
+        for entry in load_registry(self.registry_path):
+            try:
+                service.add_workspace(
+                    entry["path"],
+                    name=entry.get("name", ""),
+                    extra_paths=tuple(entry.get("extra_paths", ())),
+                )
+            except MemdError as exc:
+                logger.warning("registered workspace %s skipped: %s", entry.get("path"), exc)
+        self.indexer = Indexer(service)
+        self.indexer.start()
+        for ws in service.workspaces():
+            self._watch(ws)
+            self.indexer.request_sync(ws, priority=RECONCILE)  # the start-up reconcile
+        self.api = Api(
+            service,
+            self.indexer,
+            registry=self.registry_path,
+            watcher_state=self._watcher_state,
+            on_workspace_added=self._watch,
+            on_workspace_removed=self._unwatch,
+            socket_path=str(self.socket_path),
+        )
+        self.server = Server(self.socket_path, Dispatcher(self.api), on_count=self._count)
+        self.server.bind()
+        self.server.start()
+        self.ready.set()
+        sd_notify("READY=1")
+        logger.info(
+            "memd %d ready on %s with %d workspace(s), embedder %s",
+            os.getpid(),
+            self.socket_path,
+            len(service.workspaces()),
+            service.embedder.describe() if service.embedder else "none (keyword-only)",
+        )
+
+    def main_loop(self) -> None:
+        next_health = time.monotonic() + HEALTH_EVERY_S
+        next_reconcile = time.monotonic() + self.config.watch.reconcile_seconds
+        watchdog_usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
+        next_ping = time.monotonic()
+        while not self.should_exit.wait(0.25):
+            now = time.monotonic()
+            if self.reload_requested.is_set():
+                self.reload_requested.clear()
+                self.reload()
+            if now >= next_health:
+                next_health = now + HEALTH_EVERY_S
+                self._check_watchers()
+            if now >= next_reconcile and self.indexer and self.service:
+                next_reconcile = now + self.config.watch.reconcile_seconds
+                for ws in self.service.workspaces():
+                    self.indexer.request_sync(ws, priority=RECONCILE)
+            if watchdog_usec and now >= next_ping:
+                next_ping = now + watchdog_usec / 2e6
+                sd_notify("WATCHDOG=1")
+
+    def shutdown(self) -> None:
+        sd_notify("STOPPING=1")
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        with self._watch_lock:
+            watchers = list(self.watchers.values())
+            self.watchers.clear()
+        for watcher in watchers:
+            watcher.stop()
+        if self.indexer is not None:
+            self.indexer.stop()
+            self.indexer = None
+        if self.service is not None:
+            self.service.close()
+            self.service = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # the lock file stays; unlinking it would reopen the race
+            self._lock_fd = None
+
+    def request_stop(self) -> None:
+        self.should_exit.set()
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the config; search and get settings apply at once, others on restart."""
+        try:
+            new = Config.load()
+        except MemdError as exc:
+            logger.error("config reload failed, keeping the old one: %s", exc)
+            return
+        if self.service is None:
+            return
+        if (new.index, new.embedding) != (self.config.index, self.config.embedding):
+            logger.warning("[index] and [embedding] changes take effect when memd restarts")
+        self.config = new
+        self.service.config = Config(
+            index=self.service.config.index,
+            search=new.search,
+            embedding=self.service.config.embedding,
+            watch=new.watch,
+            get=new.get,
+            workspaces=new.workspaces,
+            timezone=new.timezone,
+            dirs=self.service.config.dirs,
+            source=new.source,
+        )
+        for ws in new.workspaces:
+            with contextlib.suppress(MemdError):
+                added = self.service.add_workspace(
+                    ws.path, name=ws.name, extra_paths=ws.extra_paths
+                )
+                self._watch(added)
+        logger.info("configuration reloaded from %s", new.source)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Install handlers that only set flags; restore the previous ones afterwards."""
+        previous: dict[int, Any] = {}
+
+        def on_exit(signum: int, frame: FrameType | None) -> None:
+            if self.should_exit.is_set() and signum == signal.SIGINT:
+                os._exit(1)  # a second Ctrl-C: stop now
+            self.should_exit.set()
+
+        def on_hup(signum: int, frame: FrameType | None) -> None:
+            self.reload_requested.set()
+
+        for sig, handler in (
+            (signal.SIGTERM, on_exit),
+            (signal.SIGINT, on_exit),
+            (signal.SIGHUP, on_hup),
+        ):
+            previous[sig] = signal.signal(sig, handler)
+        try:
+            yield
+        finally:
+            for signum, old in previous.items():
+                signal.signal(signum, old)
+
+    # -- parts ----------------------------------------------------------------------------------
+
+    @property
+    def registry_path(self) -> Path:
+        return self.config.state_dir / "workspaces.json"
+
+    def _take_lock(self) -> None:
+        """One memd per user: an flock held for the life of the process (released on crash)."""
+        prepare_directory(self.socket_path.parent)
+        fd = os.open(
+            self.socket_path.parent / "memd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunning(f"memd is already running (socket {self.socket_path})") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _watch(self, ws: Workspace) -> None:
+        indexer = self.indexer
+        assert indexer is not None
+
+        def changed(keys: set[str]) -> None:
+            try:
+                indexer.request_sync(ws, keys)
+            except RuntimeError:
+                pass  # shutting down
+
+        with self._watch_lock:
+            if ws.root in self.watchers:
+                return
+            watcher = WorkspaceWatcher(
+                ws.root, ws.extra_paths, changed, debounce_ms=self.debounce_ms
+            )
+            self.watchers[ws.root] = watcher
+        watcher.start()
+
+    def _unwatch(self, ws: Workspace) -> None:
+        with self._watch_lock:
+            watcher = self.watchers.pop(ws.root, None)
+        if watcher is not None:
+            watcher.stop()
+
+    def _check_watchers(self) -> None:
+        with self._watch_lock:
+            watchers = list(self.watchers.values())
+        for watcher in watchers:
+            watcher.check_health()
+
+    def _watcher_state(self, ws: Workspace) -> dict[str, Any]:
+        with self._watch_lock:
+            watcher = self.watchers.get(ws.root)
+        if watcher is None:
+            return {"state": "stopped", "backend": None, "reason": None, "pending": 0}
+        return {
+            "state": watcher.state,
+            "backend": watcher.backend,
+            "reason": watcher.reason,
+            "restarts": watcher.restarts,
+            "pending": watcher.pending(),
+            "last_event_at": watcher.last_event_at,
+        }
+
+    def _count(self, n: int) -> None:
+        if self.api is not None:
+            self.api.connections = n

@@ -1,0 +1,268 @@
+"""The single writer: one thread applies every index write of every workspace.
+
+Watcher batches, periodic reconciles, appends and read-your-writes waits all become jobs on one
+priority queue; between jobs the thread embeds pending files one at a time, so a long embedding
+backlog never holds up a write that someone waits for. A rebuild (new model or chunking) runs on
+a thread of its own, building a new file while the live index keeps serving and taking writes.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memd.index.sync import SyncReport
+from memd.journal import Appended, append_daily
+from memd.service import MemoryService, Workspace
+
+__all__ = ["Indexer", "URGENT", "WATCH", "RECONCILE"]
+
+logger = logging.getLogger(__name__)
+
+URGENT, WATCH, RECONCILE = 0, 1, 2
+
+
+@dataclass(order=True)
+class _Job:
+    priority: int
+    seq: int
+    kind: str = field(compare=False)
+    root: Path = field(compare=False)
+    future: Future[Any] = field(compare=False)
+    payload: Any = field(compare=False, default=None)
+
+
+@dataclass
+class _State:
+    """What the writer knows of one workspace."""
+
+    dirty: set[str] = field(default_factory=set)
+    queued: _Job | None = None  # the not yet started sync job, which later requests join
+    rebuild: threading.Thread | None = None
+    sync_started_at: float = 0.0  # wall-clock start of the last sync that completed
+
+
+class Indexer:
+    def __init__(
+        self, service: MemoryService, *, on_error: Callable[[str, str], None] | None = None
+    ) -> None:
+        self.service = service
+        self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
+        self._seq = itertools.count(1)
+        self._states: dict[Path, _State] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memd-writer", daemon=True)
+        self._embed_cursor = 0
+        self.on_error = on_error
+        self.jobs_done = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish the running job, then stop; queued jobs fail with a clear error."""
+        self._stopping.set()
+        self._queue.put(_Job(-1, 0, "stop", Path("/"), Future()))
+        self._thread.join(timeout)
+        with self._lock:
+            rebuilds = [s.rebuild for s in self._states.values() if s.rebuild is not None]
+        for t in rebuilds:
+            t.join(timeout)
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job.kind != "stop" and job.future.set_running_or_notify_cancel():
+                job.future.set_exception(RuntimeError("memd is shutting down"))
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _state(self, root: Path) -> _State:
+        with self._lock:
+            return self._states.setdefault(root, _State())
+
+    def request_sync(
+        self, ws: Workspace, keys: set[str] | None = None, *, priority: int = WATCH
+    ) -> Future[SyncReport]:
+        """Queue a sync of ``ws`` (joining one already queued); ``keys`` are the changed paths."""
+        with self._lock:
+            state = self._states.setdefault(ws.root, _State())
+            state.dirty.update(keys or {"*"})
+            job = state.queued
+            if job is not None and job.priority <= priority:
+                return job.future
+            job = _Job(priority, next(self._seq), "sync", ws.root, Future())
+            if state.queued is not None:
+                # A more urgent request: the new job replaces the queued one, which then
+                # resolves with the new job's report.
+                older = state.queued
+                job.future.add_done_callback(functools.partial(_relay, target=older.future))
+                older.kind = "skip"
+            state.queued = job
+        self._check_running()
+        self._queue.put(job)
+        return job.future
+
+    def append(self, ws: Workspace, text: str) -> Future[Appended]:
+        """Append ``text`` to today's daily log of ``ws``; resolves once it is searchable."""
+        job = _Job(URGENT, next(self._seq), "append", ws.root, Future(), payload=text)
+        self._check_running()
+        self._queue.put(job)
+        return job.future
+
+    def reindex(self, ws: Workspace, *, force: bool) -> Future[SyncReport]:
+        if not force:
+            return self.request_sync(ws, priority=URGENT)
+        future: Future[SyncReport] = Future()
+        self._start_rebuild(ws, future)
+        return future
+
+    def pending(self, ws: Workspace) -> int:
+        """Changed paths known to the writer and not yet indexed ("*" counts as one)."""
+        with self._lock:
+            state = self._states.get(ws.root)
+            return len(state.dirty) if state else 0
+
+    def synced_since(self, ws: Workspace, when: float) -> bool:
+        """True when a sync that started after ``when`` (wall clock) has completed."""
+        with self._lock:
+            state = self._states.get(ws.root)
+            return state is not None and state.sync_started_at > when
+
+    def rebuilding(self, ws: Workspace) -> bool:
+        return ws.syncer.rebuilding
+
+    def _check_running(self) -> None:
+        if self._stopping.is_set():
+            raise RuntimeError("memd is shutting down")
+
+    # -- the writer thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            idle = not self._has_embedding_work()
+            try:
+                job = self._queue.get(timeout=0.5 if idle else 0.0)
+            except queue.Empty:
+                job = None
+            if job is not None:
+                if job.kind == "stop":
+                    return
+                self._do(job)
+                self.jobs_done += 1
+            if self._stopping.is_set():
+                return
+            self._embed_one()
+
+    def _do(self, job: _Job) -> None:
+        if job.kind == "skip" or not job.future.set_running_or_notify_cancel():
+            return
+        ws = self._workspace(job.root)
+        if ws is None:
+            job.future.set_exception(RuntimeError(f"workspace {job.root} was removed"))
+            return
+        try:
+            if job.kind == "sync":
+                job.future.set_result(self._sync(ws, job))
+            elif job.kind == "append":
+                appended = append_daily(ws.root, job.payload, timezone=self.service.config.timezone)
+                self._sync(ws, None)
+                job.future.set_result(appended)
+        except Exception as exc:  # handed to whoever waits; the writer goes on
+            logger.warning("%s of %s failed: %s", job.kind, ws.name, exc)
+            job.future.set_exception(exc)
+
+    def _sync(self, ws: Workspace, job: _Job | None) -> SyncReport:
+        with self._lock:
+            state = self._states.setdefault(ws.root, _State())
+            if job is not None and state.queued is job:
+                state.queued = None
+            taken, state.dirty = state.dirty, set()
+        started = time.time()
+        try:
+            report = ws.syncer.sync(embed=False, allow_rebuild=False)
+        except BaseException:
+            with self._lock:
+                state.dirty |= taken
+            raise
+        state.sync_started_at = started
+        ws.last_report = report
+        if ws.syncer.state()[0] == "mismatched" and not ws.syncer.backing_off():
+            self._start_rebuild(ws, None)
+        return report
+
+    def _workspace(self, root: Path) -> Workspace | None:
+        for ws in self.service.workspaces():
+            if ws.root == root:
+                return ws
+        return None
+
+    def _has_embedding_work(self) -> bool:
+        return any(
+            ws.syncer.embedder is not None
+            and not ws.syncer.backing_off()
+            and ws.syncer.has_pending()
+            for ws in self.service.workspaces()
+        )
+
+    def _embed_one(self) -> None:
+        """Embed one pending file of one workspace (round-robin), if any."""
+        workspaces = self.service.workspaces()
+        for i in range(len(workspaces)):
+            ws = workspaces[(self._embed_cursor + i) % len(workspaces)]
+            if ws.syncer.embedder is None or ws.syncer.backing_off() or not ws.syncer.has_pending():
+                continue
+            self._embed_cursor = (self._embed_cursor + i + 1) % len(workspaces)
+            try:
+                ws.syncer.embed_pending(max_files=1)
+            except Exception as exc:
+                logger.warning("embedding in %s failed: %s", ws.name, exc)
+            return
+
+    def _start_rebuild(self, ws: Workspace, future: Future[SyncReport] | None) -> None:
+        state = self._state(ws.root)
+        with self._lock:
+            running = state.rebuild is not None and state.rebuild.is_alive()
+        if running:
+            if future is not None:
+                future.set_exception(RuntimeError(f"{ws.name}: a rebuild is already running"))
+            return
+
+        def run() -> None:
+            try:
+                report = ws.syncer.rebuild(reason="forced" if future else ws.syncer.state()[1])
+                ws.last_report = report
+                if future is not None:
+                    future.set_result(report)
+            except BaseException as exc:
+                logger.exception("rebuild of %s failed", ws.name)
+                if future is not None:
+                    future.set_exception(exc)
+
+        thread = threading.Thread(target=run, name=f"memd-rebuild-{ws.name}", daemon=True)
+        with self._lock:
+            state.rebuild = thread
+        thread.start()
+
+
+def _relay(source: Future[SyncReport], *, target: Future[SyncReport]) -> None:
+    if not target.set_running_or_notify_cancel():
+        return
+    exc = source.exception()
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())

@@ -1,0 +1,292 @@
+"""The Unix-socket listener: private directory, stale-socket check, peer uid, one thread per client.
+
+Bad input costs only its own connection: a malformed or oversized message, or one that dribbles
+in slower than the frame deadline, closes that connection and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from memd_client.errors import Busy, Code, to_wire
+from memd_client.protocol import (
+    MAX_REQUEST_BYTES,
+    RESPONSE,
+    Notification,
+    ProtocolError,
+    Request,
+    make_unpacker,
+    pack,
+    parse,
+)
+
+__all__ = ["AlreadyRunning", "Server", "StartupError", "peer_uid"]
+
+logger = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """The socket cannot be set up (directory not private, path in use by something else)."""
+
+
+class AlreadyRunning(StartupError):
+    """Another memd answers on the socket."""
+
+
+def peer_uid(conn: socket.socket) -> int | None:
+    """The uid of the process at the other end (SO_PEERCRED on Linux, LOCAL_PEERCRED on BSDs)."""
+    if hasattr(socket, "SO_PEERCRED"):
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        return int(uid)
+    if sys.platform == "darwin" or "bsd" in sys.platform:  # pragma: no cover - not Linux
+        local_peercred, xucred_size = 0x001, 76
+        data = conn.getsockopt(0, local_peercred, xucred_size)
+        _version, uid = struct.unpack_from("Ii", data)
+        return int(uid)
+    return None  # pragma: no cover
+
+
+def prepare_directory(directory: Path) -> None:
+    """Create the socket directory 0700, or refuse one that others can enter."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StartupError(f"{directory} is not a directory")
+    if st.st_uid != os.getuid():
+        raise StartupError(f"socket directory {directory} belongs to uid {st.st_uid}, not to you")
+    if st.st_mode & 0o077:
+        raise StartupError(
+            f"socket directory {directory} is not private (mode {stat.S_IMODE(st.st_mode):04o}); "
+            f"run: chmod 700 {directory}"
+        )
+
+
+class Server:
+    """Accepts clients on ``path`` and answers their requests with ``handle``."""
+
+    def __init__(
+        self,
+        path: Path,
+        handle: Callable[[Request], list[Any]],
+        *,
+        max_connections: int = 256,
+        frame_timeout: float = 10.0,
+        idle_timeout: float = 600.0,
+        on_count: Callable[[int], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.handle = handle
+        self.max_connections = max_connections
+        self.frame_timeout = frame_timeout
+        self.idle_timeout = idle_timeout
+        self.on_count = on_count
+        self.uid = os.getuid()
+        self._sock: socket.socket | None = None
+        self._accept_thread: threading.Thread | None = None
+        self._clients: dict[int, tuple[socket.socket, threading.Thread]] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self.refused_peers = 0
+        self.closed_bad = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Bind the socket (0600 in a 0700 directory), removing a stale one left by a crash."""
+        prepare_directory(self.path.parent)
+        if os.path.lexists(self.path):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.settimeout(1.0)
+                probe.connect(str(self.path))
+            except (ConnectionRefusedError, FileNotFoundError):
+                self.path.unlink(missing_ok=True)  # nobody listens: a stale socket
+            except OSError as exc:
+                raise StartupError(f"cannot check {self.path}: {exc}") from None
+            else:
+                raise AlreadyRunning(f"memd is already running (socket {self.path})")
+            finally:
+                probe.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(self.path))
+        except OSError as exc:
+            sock.close()
+            raise StartupError(f"cannot bind {self.path}: {exc}") from None
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        sock.listen(128)
+        sock.settimeout(0.25)
+        self._sock = sock
+
+    def start(self) -> None:
+        self._accept_thread = threading.Thread(
+            target=self._accept_loop, name="memd-accept", daemon=True
+        )
+        self._accept_thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, close every client, unlink the socket and join the threads."""
+        self._stopping.set()
+        if self._accept_thread is not None:
+            self._accept_thread.join(timeout)
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        with self._lock:
+            clients = list(self._clients.values())
+        for conn, _ in clients:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout
+        for _, thread in clients:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._clients)
+
+    # -- accepting ------------------------------------------------------------------------------
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while not self._stopping.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                if self._stopping.is_set():
+                    return
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    logger.warning("out of file descriptors; not accepting for a moment")
+                    time.sleep(0.5)
+                    continue
+                logger.warning("accept failed: %s", exc)
+                continue
+            uid = peer_uid(conn)
+            if uid is not None and uid != self.uid:
+                self.refused_peers += 1
+                logger.warning("refused a connection from uid %d", uid)
+                conn.close()
+                continue
+            with self._lock:
+                full = len(self._clients) >= self.max_connections
+            if full:
+                with contextlib.suppress(OSError):
+                    conn.sendall(pack([RESPONSE, 0, to_wire(Busy("too many connections")), None]))
+                conn.close()
+                continue
+            thread = threading.Thread(
+                target=self._serve, args=(conn,), name="memd-conn", daemon=True
+            )
+            with self._lock:
+                self._clients[conn.fileno()] = (conn, thread)
+                count = len(self._clients)
+            if self.on_count:
+                self.on_count(count)
+            thread.start()
+
+    # -- one client -----------------------------------------------------------------------------
+
+    def _serve(self, conn: socket.socket) -> None:
+        key = conn.fileno()
+        try:
+            self._conversation(conn)
+        except OSError:
+            pass  # the peer went away
+        except Exception:
+            logger.exception("connection handler failed")
+        finally:
+            with self._lock:
+                self._clients.pop(key, None)
+                count = len(self._clients)
+            if self.on_count:
+                self.on_count(count)
+            conn.close()
+
+    def _conversation(self, conn: socket.socket) -> None:
+        conn.settimeout(0.5)
+        unpacker = make_unpacker(MAX_REQUEST_BYTES)
+        fed = 0
+        complete = 0  # stream offset where the last whole message ended
+        partial_since: float | None = None
+        last_activity = time.monotonic()
+        while not self._stopping.is_set():
+            now = time.monotonic()
+            try:
+                data = conn.recv(65536)
+            except TimeoutError:
+                if partial_since is not None and now - partial_since > self.frame_timeout:
+                    return self._bad("a message did not arrive within the frame deadline")
+                if now - last_activity > self.idle_timeout:
+                    return None
+                continue
+            if not data:
+                return None
+            last_activity = now
+            try:
+                unpacker.feed(data)
+                fed += len(data)
+                for obj in unpacker:
+                    complete = unpacker.tell()
+                    message = parse(obj)
+                    if isinstance(message, Request):
+                        conn.settimeout(None)
+                        conn.sendall(self._respond(message))
+                        conn.settimeout(0.5)
+                    elif isinstance(message, Notification):
+                        continue  # none are defined yet; ignored as msgpack-RPC allows
+                    else:
+                        return self._bad("clients do not send responses")
+            except msgpack.BufferFull:
+                return self._bad(f"message larger than {MAX_REQUEST_BYTES} bytes")
+            except (
+                ValueError,
+                msgpack.ExtraData,
+                msgpack.FormatError,
+                msgpack.StackError,
+                ProtocolError,
+            ) as exc:
+                return self._bad(f"malformed message: {exc}")
+            partial = fed > complete
+            if partial and partial_since is None:
+                partial_since = now
+            elif not partial:
+                partial_since = None
+        return None
+
+    def _respond(self, request: Request) -> bytes:
+        response = self.handle(request)
+        try:
+            return pack(response)
+        except (TypeError, ValueError, OverflowError) as exc:
+            logger.error("cannot encode the reply to %s: %s", request.method, exc)
+            return pack(
+                [RESPONSE, request.msgid, [int(Code.INTERNAL), "reply could not be encoded"], None]
+            )
+
+    def _bad(self, why: str) -> None:
+        self.closed_bad += 1
+        logger.info("closing a connection: %s", why)
+        return None

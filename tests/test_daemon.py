@@ -1,0 +1,279 @@
+"""The daemon over its real socket: every method, errors, bad frames, concurrency, freshness."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+
+import memd_client
+from memd.daemon import Daemon
+from memd.embed.fake import FakeEmbedder
+from memd_client.errors import BadRequest, PathRefused, UnknownMethod, UnknownWorkspace
+
+from .daemon_fixture import running_daemon
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "agent"
+    (root / "memory").mkdir(parents=True)
+    (root / "MEMORY.md").write_text("# Memory\n\nThe staging cluster is called Orion.\n")
+    (root / "memory" / "2026-03-01.md").write_text(
+        "- migrated the billing service to Postgres 16\n"
+    )
+    return root
+
+
+@pytest.fixture
+def fake() -> FakeEmbedder:
+    return FakeEmbedder()
+
+
+@pytest.fixture
+def daemon(ws: Path, fake: FakeEmbedder) -> Iterator[Daemon]:
+    with running_daemon(embedder=fake) as d:
+        yield d
+
+
+def client(daemon: Daemon, timeout: float = 30.0) -> memd_client.Client:
+    return memd_client.connect(daemon.socket_path, timeout=timeout)
+
+
+def test_every_method(daemon: Daemon, ws: Path) -> None:
+    with client(daemon) as c:
+        hello = c.call("hello", client="test")
+        assert (
+            hello["protocol"] == 1 and hello["pid"] == os.getpid() and "search" in hello["methods"]
+        )
+        added = c.call("workspace_add", path=str(ws), name="agent")
+        assert added == {"name": "agent", "path": str(ws.resolve()), "extra_paths": []}
+        assert c.call("workspace_list")["workspaces"][0]["name"] == "agent"
+        found = c.call(
+            "search", workspace="agent", query="what is the staging cluster called?", wait_ms=5000
+        )
+        assert found["results"][0]["path"] == "MEMORY.md"
+        assert found["freshness"]["fresh"] and found["freshness"]["pending_files"] == 0
+        assert found["provider"] == "fake" and found["mode"] in ("hybrid", "keyword")
+        got = c.call("get", workspace="agent", path="MEMORY.md", **{"from": 3, "lines": 1})
+        assert got["text"] == "The staging cluster is called Orion." and not got["missing"]
+        appended = c.call("append", workspace="agent", text="Deploy freeze starts Friday.")
+        assert appended["path"].startswith("memory/") and appended["start_line"] == 1
+        hit = c.call("search", workspace="agent", query="deploy freeze", mode="keyword")
+        assert hit["results"][0]["path"] == appended["path"], "append returns once searchable"
+        assert c.call(
+            "record_recall",
+            workspace="agent",
+            query="q",
+            results=[{"path": appended["path"], "start_line": 1, "end_line": 1}],
+        ) == {"recorded": 1}
+        report = c.call("reindex", workspace="agent")["workspaces"][0]
+        assert report["workspace"] == "agent" and report["errors"] == []
+        status = c.call("status", workspace="agent")
+        st = status["workspaces"][0]
+        assert status["daemon"]["pid"] == os.getpid() and status["daemon"]["rss_bytes"] > 0
+        assert st["files_indexed"] == st["files_on_disk"] == 3
+        assert st["watcher"]["state"] in ("watching", "polling")
+        assert c.call("workspace_remove", workspace="agent") == {"removed": True}
+        assert c.call("workspace_list") == {"workspaces": []}
+
+
+def test_error_paths_keep_the_connection(daemon: Daemon, ws: Path) -> None:
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        with pytest.raises(UnknownMethod):
+            c.call("drop_tables")
+        with pytest.raises(UnknownWorkspace):
+            c.call("search", workspace="nobody", query="x")
+        with pytest.raises(BadRequest, match="query"):
+            c.call("search", workspace="agent")
+        with pytest.raises(BadRequest, match="max_results"):
+            c.call("search", workspace="agent", query="x", max_results=10_000)
+        with pytest.raises(BadRequest, match="unknown parameter"):
+            c.call("search", workspace="agent", query="x", colour="blue")
+        with pytest.raises(PathRefused):
+            c.call("get", workspace="agent", path="../../etc/passwd")
+        with pytest.raises(BadRequest):
+            c.call("workspace_add", path="relative/path")
+        with pytest.raises(BadRequest, match="empty"):
+            c.call("append", workspace="agent", text="   ")
+        assert c.call("hello")["server"] == "memd"  # same connection, still serving
+
+
+def test_missing_allowed_file_is_empty(daemon: Daemon, ws: Path) -> None:
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        got = c.call("get", workspace="agent", path="memory/2099-01-01.md")
+        assert got["text"] == "" and got["missing"]
+
+
+def test_edit_on_disk_is_found_with_wait_ms(daemon: Daemon, ws: Path) -> None:
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+        (ws / "memory" / "2026-03-02.md").write_text("- the pager rotation moves to Lisbon\n")
+        found = c.call("search", workspace="agent", query="pager rotation Lisbon", wait_ms=5000)
+        assert found["results"] and found["results"][0]["path"] == "memory/2026-03-02.md"
+        assert found["freshness"]["fresh"]
+
+
+def test_watcher_picks_up_edits_without_waiting(daemon: Daemon, ws: Path) -> None:
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+        (ws / "memory" / "2026-03-03.md").write_text("- zebra crossing repainted\n")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            found = c.call("search", workspace="agent", query="zebra crossing", mode="keyword")
+            if found["results"]:
+                break
+            time.sleep(0.05)
+        assert found["results"][0]["path"] == "memory/2026-03-03.md"
+
+
+def raw(daemon: Daemon) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(15)
+    s.connect(str(daemon.socket_path))
+    return s
+
+
+def closed(s: socket.socket) -> bool:
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\xc1",  # a byte msgpack never uses
+        msgpack.packb({"not": "an array"}),
+        msgpack.packb([0, "id", "hello", []]),
+        msgpack.packb([0, 1, "hello", "params"]),
+        msgpack.packb([1, 1, None, None]),  # clients do not send responses
+        b"\xdd\xff\xff\xff\xff",  # an array header claiming 4 billion items
+    ],
+)
+def test_malformed_frames_close_only_their_connection(daemon: Daemon, payload: bytes) -> None:
+    with client(daemon) as good:
+        bad = raw(daemon)
+        try:
+            bad.sendall(payload)
+            assert closed(bad)
+        finally:
+            bad.close()
+        assert good.call("hello")["server"] == "memd"
+
+
+def test_oversized_frame_closes_its_connection(daemon: Daemon) -> None:
+    with client(daemon) as good:
+        bad = raw(daemon)
+        try:
+            header = msgpack.packb([0, 1, "search", [{"query": ""}]])[:-1]
+            bad.sendall(header[:-1] + b"\xdb" + (2 << 20).to_bytes(4, "big"))
+            try:
+                bad.sendall(b"x" * (2 << 20))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            assert closed(bad)
+        finally:
+            bad.close()
+        assert good.call("hello")["server"] == "memd"
+
+
+def test_half_sent_frame_is_dropped_after_the_deadline(daemon: Daemon) -> None:
+    daemon.server.frame_timeout = 0.5  # type: ignore[union-attr]
+    with client(daemon) as good:
+        bad = raw(daemon)
+        try:
+            frame = msgpack.packb([0, 7, "hello", []])
+            bad.sendall(frame[:3])  # and never the rest
+            assert closed(bad)
+        finally:
+            bad.close()
+        assert good.call("hello")["server"] == "memd"
+
+
+def test_pipelined_requests_answer_in_order(daemon: Daemon) -> None:
+    s = raw(daemon)
+    try:
+        s.sendall(b"".join(msgpack.packb([0, i, "hello", []]) for i in range(1, 21)))
+        unpacker = msgpack.Unpacker()
+        got: list[int] = []
+        while len(got) < 20:
+            unpacker.feed(s.recv(65536))
+            got.extend(m[1] for m in unpacker)
+        assert got == list(range(1, 21))
+    finally:
+        s.close()
+
+
+def test_64_concurrent_clients_mixed_load_zero_errors(daemon: Daemon, ws: Path) -> None:
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def editor() -> None:
+        n = 0
+        while not stop.is_set():
+            (ws / "memory" / f"topic-{n % 5}.md").write_text(f"edit {n} about the release train\n")
+            n += 1
+            time.sleep(0.01)
+
+    def worker(i: int) -> None:
+        try:
+            with client(daemon, timeout=60) as c:
+                for j in range(6):
+                    kind = (i + j) % 3
+                    if kind == 0:
+                        c.call("search", workspace="agent", query=f"release train {j}")
+                    elif kind == 1:
+                        c.call("get", workspace="agent", path="MEMORY.md")
+                    else:
+                        c.call("append", workspace="agent", text=f"client {i} note {j}")
+        except BaseException as exc:
+            errors.append(exc)
+
+    edit = threading.Thread(target=editor)
+    edit.start()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    stop.set()
+    edit.join()
+    assert errors == []
+    daily = next((ws / "memory").glob("20*-*-*.md"))
+    assert daily.exists()
+    with client(daemon) as c:
+        text = "\n".join(
+            c.call("get", workspace="agent", path=p.relative_to(ws).as_posix(), lines=10_000)[
+                "text"
+            ]
+            for p in (ws / "memory").glob("2*.md")
+        )
+    for i in range(64):
+        for j in range(6):
+            if (i + j) % 3 == 2:
+                assert f"client {i} note {j}" in text
+
+
+def test_registered_workspaces_survive_a_restart(ws: Path, fake: FakeEmbedder) -> None:
+    with running_daemon(embedder=fake) as d:
+        with client(d) as c:
+            c.call("workspace_add", path=str(ws), name="agent")
+    with running_daemon(embedder=fake) as d:
+        with client(d) as c:
+            assert [w["name"] for w in c.call("workspace_list")["workspaces"]] == ["agent"]
+            assert c.call("search", workspace="agent", query="Orion", wait_ms=5000)["results"]
