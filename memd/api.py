@@ -119,7 +119,7 @@ class Api:
     def freshness(self, ws: Workspace, *, waited_ms: int = 0) -> dict[str, Any]:
         with ws.index.reader() as store:
             generation = store.generation()
-            counts = store.counts()
+            unembedded = store.pending_count()
         watcher = self.watcher_state(ws)
         pending = self.indexer.pending(ws)
         last_event = watcher.get("last_event_at")
@@ -130,7 +130,7 @@ class Api:
         return {
             "generation": generation,
             "pending_files": pending,
-            "unembedded_files": counts["pending_files"],
+            "unembedded_files": unembedded,
             "rebuilding": ws.syncer.rebuilding,
             "watcher": watcher.get("state"),
             "last_sync": ws.syncer.last_sync,

@@ -370,3 +370,52 @@ def test_rebuild_killed_midway_leaves_old_index_intact(
     assert list(index.path.parent.glob("*.tmp-*")) == []
     assert dump(index) == before
     assert index.writer().integrity() == []
+
+
+def test_writes_during_a_rebuild_reach_the_new_index(
+    syncer: Syncer,
+    write: WriteFile,
+    index: Index,
+    workspace: Path,
+    config: Config,
+    cache: EmbeddingCache,
+) -> None:
+    """The daemon rebuilds on its own thread while the writer keeps syncing the live index."""
+    import threading
+
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    gate = threading.Event()
+    entered = threading.Event()
+
+    class Gated(FakeEmbedder):
+        def embed_batch(self, texts, *, kind="document"):  # type: ignore[no-untyped-def]
+            if kind == "document":
+                entered.set()
+                gate.wait(10)
+            return super().embed_batch(texts, kind=kind)
+
+    new = Syncer(
+        index, workspace, config=config.index, embedder=Gated(dims=32, model="new"), cache=cache
+    )
+    result: list[object] = []
+    builder = threading.Thread(target=lambda: result.append(new.rebuild(reason="model")))
+    builder.start()
+    assert entered.wait(10)  # the rebuild is embedding into its temporary file
+    write("memory/during.md", "written while the new index was being built\n")
+    report = new.sync(embed=False, allow_rebuild=False)  # what the writer thread does
+    assert not report.rebuilt and report.indexed == 1
+    with index.reader() as store:  # live index: old identity, new text searchable at once
+        assert store.identity()["model"] == "fake-bow"  # type: ignore[index]
+        assert store.keyword_candidates('"during"', None, 5)
+        assert store.vector_ids() == {
+            r.id for r in store.chunks_by_id(range(1, 100)) if r.path == "MEMORY.md"
+        }
+    gate.set()
+    builder.join(20)
+    assert result and not result[0].errors  # type: ignore[attr-defined]
+    with index.reader() as store:
+        assert store.identity()["model"] == "new"  # type: ignore[index]
+        assert {row[0] for row in store.dump()} == {"MEMORY.md", "memory/during.md"}
+        assert all(row[5] for row in store.dump()), "caught-up files got vectors too"
+    assert index.writer().integrity() == []

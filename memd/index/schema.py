@@ -65,7 +65,22 @@ def m002_create_fts(conn: apsw.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[apsw.Connection], None]] = [m001_create_tables, m002_create_fts]
+def m003_index_pending_files(conn: apsw.Connection) -> None:
+    # The writer asks "is anything left to embed?" between every two jobs.
+    conn.execute("CREATE INDEX files_pending ON files(path) WHERE pending > 0")
+
+
+def m004_create_fts_vocab(conn: apsw.Connection) -> None:
+    # Document frequencies of indexed terms, to leave near-universal terms out of queries.
+    conn.execute("CREATE VIRTUAL TABLE chunks_fts_vocab USING fts5vocab(chunks_fts, 'row')")
+
+
+MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
+    m001_create_tables,
+    m002_create_fts,
+    m003_index_pending_files,
+    m004_create_fts_vocab,
+]
 
 
 def migrate(conn: apsw.Connection) -> list[str]:

@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import apsw
 import numpy as np
@@ -231,11 +231,22 @@ class Store:
         )
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
-    def pending_paths(self) -> list[str]:
-        return [
-            str(r[0])
-            for r in self.conn.execute("SELECT path FROM files WHERE pending > 0 ORDER BY path")
-        ]
+    def has_pending(self) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM files WHERE pending > 0 LIMIT 1").fetchone()
+            is not None
+        )
+
+    def pending_count(self) -> int:
+        row = self.conn.execute("SELECT count(*) FROM files WHERE pending > 0").fetchone()
+        return int(row[0]) if row else 0
+
+    def pending_paths(self, limit: int | None = None) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT path FROM files WHERE pending > 0 ORDER BY path LIMIT ?",
+            (-1 if limit is None else limit,),
+        )
+        return [str(r[0]) for r in rows]
 
     def add_vectors(self, path: str, vectors: dict[int, Vectors]) -> int:
         """Store vectors for chunks of ``path``; return how many of its chunks still lack one."""
@@ -258,21 +269,52 @@ class Store:
 
     # -- reads for search -----------------------------------------------------------------------
 
+    def doc_freqs(self, terms: list[str]) -> tuple[dict[str, int], int]:
+        """How many chunks hold each term (after the index's own stemming), and the chunk count."""
+        tokenizer = self.conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
+        stems: dict[str, str] = {}
+        for term in terms:
+            tokens: list[Any] = list(
+                tokenizer(term.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None)
+            )
+            if tokens:
+                stems[term] = str(tokens[0][2])
+        freqs: dict[str, int] = {}
+        if stems:
+            unique = list(set(stems.values()))
+            rows = self.conn.execute(
+                "SELECT term, doc FROM chunks_fts_vocab "
+                f"WHERE term IN ({','.join('?' * len(unique))})",
+                unique,
+            )
+            by_stem = {str(r[0]): int(r[1]) for r in rows}
+            freqs = {term: by_stem.get(stem, 0) for term, stem in stems.items()}
+        row = self.conn.execute("SELECT max(id) FROM chunks").fetchone()
+        total = (
+            self.conn.execute("SELECT count(*) FROM chunks").fetchone() if row and row[0] else None
+        )
+        return freqs, int(total[0]) if total else 0
+
     def keyword_candidates(
         self, match: str, sources: Sequence[str] | None, limit: int
     ) -> list[ChunkRow]:
-        """Run an FTS5 MATCH expression; rows come best first with their bm25 rank."""
+        """Run an FTS5 MATCH expression; rows come best first with their bm25 rank.
+
+        FTS5 ranks in a subquery and only the best ``limit`` rows are joined to their text:
+        joining every match before the sort cost twice as much at 10,000 chunks.
+        """
+        inner = limit if not sources else limit * 4
         sql = (
-            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, "
-            "bm25(chunks_fts, 1.0, 1.0, 0.25) AS rank "
-            "FROM chunks_fts JOIN chunks c ON c.id = chunks_fts.rowid "
-            "WHERE chunks_fts MATCH ?"
+            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.text, f.rank FROM "
+            "(SELECT rowid, bm25(chunks_fts, 1.0, 1.0, 0.25) AS rank FROM chunks_fts "
+            "WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?) f "
+            "JOIN chunks c ON c.id = f.rowid"
         )
-        params: list[object] = [match]
+        params: list[object] = [match, inner]
         if sources:
-            sql += f" AND c.source IN ({','.join('?' * len(sources))})"
+            sql += f" WHERE c.source IN ({','.join('?' * len(sources))})"
             params.extend(sources)
-        sql += " ORDER BY rank LIMIT ?"
+        sql += " ORDER BY f.rank LIMIT ?"
         params.append(limit)
         return [ChunkRow(*r) for r in self.conn.execute(sql, params)]
 

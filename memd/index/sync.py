@@ -171,12 +171,12 @@ class Syncer:
         with self.lock, translate_errors("embed"):
             writer = self.index.writer()
             self._embed_pending(writer, report, None, max_files=max_files)
-            report.pending_files = writer.counts()["pending_files"]
+            report.pending_files = writer.pending_count()
         return report
 
     def has_pending(self) -> bool:
         with self.index.reader() as store:
-            return bool(store.counts()["pending_files"])
+            return store.has_pending()
 
     def rebuild(
         self, *, progress: Progress | None = None, reason: str | None = "forced"
@@ -362,7 +362,7 @@ class Syncer:
         e = self.embedder
         if e is None or not self._same_vectors(store) or self.backing_off():
             return
-        paths = store.pending_paths()[:max_files]
+        paths = store.pending_paths(max_files)
         for n, path in enumerate(paths, 1):
             if progress:
                 progress("embed", n, len(paths))

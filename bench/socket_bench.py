@@ -1,0 +1,233 @@
+"""Search latency, concurrency, edit-to-searchable and idle cost of a running daemon.
+
+Builds a ~10,000-chunk workspace from the LoCoMo conversations (each copied COPIES times under
+memory/cNN/, byte for byte, so their vectors come from the embedding cache after the first
+copy), starts `memd run` with the local MiniLM model, and measures over the real socket.
+
+    python bench/socket_bench.py [--copies 25] [--queries 300] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+import memd_client
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def summary(ms: list[float]) -> dict[str, float]:
+    return {
+        "n": len(ms),
+        "p50_ms": round(pct(ms, 50), 2),
+        "p95_ms": round(pct(ms, 95), 2),
+        "p99_ms": round(pct(ms, 99), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+    }
+
+
+def build_corpus(data: Path, ws: Path, copies: int) -> None:
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Long-Term Memory\n\nBenchmark corpus built from LoCoMo.\n")
+    for k in range(copies):
+        for conv in sorted(p for p in data.iterdir() if p.is_dir()):
+            target = ws / "memory" / f"c{k:02d}" / conv.name
+            shutil.copytree(conv / "memory", target)
+
+
+def start_daemon(home: Path, sock: Path, provider: str, model: str) -> subprocess.Popen[bytes]:
+    env = dict(
+        os.environ,
+        MEMD_HOME=str(home),
+        MEMD_SOCKET=str(sock),
+        MEMD_EMBEDDING_PROVIDER=provider,
+        MEMD_LOCAL_MODEL=model,
+    )
+    log = open(home / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memd", "--log-level", "info", "run"],
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with memd_client.connect(sock, timeout=2) as c:
+                c.hello()
+                return proc
+        except memd_client.MemdError:
+            time.sleep(0.1)
+    raise SystemExit("daemon did not start; see daemon.log")
+
+
+def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+
+
+def wait_indexed(c: memd_client.Client, ws: str, *, vectors: bool) -> dict[str, object]:
+    while True:
+        st = c.status(workspace=ws)["workspaces"][0]
+        settled = st["identity"]["state"] == "valid" and not st["freshness"]["rebuilding"]
+        if (
+            settled
+            and st["files_indexed"] == st["files_on_disk"]
+            and (not vectors or st["files_pending"] == 0)
+        ):
+            return st
+        time.sleep(1)
+
+
+def timed_searches(sock: Path, ws: str, questions: list[str], mode: str) -> list[float]:
+    out = []
+    with memd_client.connect(sock) as c:
+        for q in questions:
+            t = time.perf_counter()
+            c.search(ws, q, mode=mode)
+            out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def concurrent(
+    sock: Path, ws: str, questions: list[str], mode: str, clients: int
+) -> dict[str, float]:
+    per = max(1, len(questions) // clients)
+    lat: list[float] = []
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        mine = timed_searches(sock, ws, questions[i * per : (i + 1) * per] or questions[:per], mode)
+        with lock:
+            lat.extend(mine)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return {
+        "clients": clients,
+        "requests": len(lat),
+        "throughput_rps": round(len(lat) / elapsed, 1),
+        **summary(lat),
+    }
+
+
+def edit_to_searchable(sock: Path, ws_root: Path, ws: str, edits: int) -> list[float]:
+    out = []
+    target = next((ws_root / "memory" / "c00").rglob("*.md"))
+    with memd_client.connect(sock) as c:
+        for i in range(edits):
+            token = f"zqx{i}marker{int(time.time())}"
+            with open(target, "a") as f:
+                f.write(f"\n- benchmark edit {token}\n")
+            t = time.perf_counter()
+            while True:
+                if c.search(ws, token, mode="keyword")["results"]:
+                    out.append((time.perf_counter() - t) * 1000)
+                    break
+                if time.perf_counter() - t > 30:
+                    raise SystemExit(f"edit {i} not searchable after 30 s")
+                time.sleep(0.01)
+    return out
+
+
+def idle_cost(pid: int, seconds: float = 10.0) -> dict[str, float]:
+    p = psutil.Process(pid)
+    p.cpu_percent(None)
+    time.sleep(seconds)
+    return {
+        "cpu_percent": round(p.cpu_percent(None), 2),
+        "rss_mb": round(p.memory_info().rss / 2**20, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
+    ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
+    ap.add_argument("--copies", type=int, default=25)
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--edits", type=int, default=20)
+    ap.add_argument("--home", default="", help="reuse this MEMD_HOME (its embedding cache)")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+
+    data = Path(args.data)
+    qrels = [json.loads(line) for line in (data / "qrels.jsonl").open()]
+    questions = [q["question"] for q in qrels][: args.queries]
+    home = Path(args.home or tempfile.mkdtemp(prefix="memd-sockbench-"))
+    home.mkdir(parents=True, exist_ok=True)
+    sock_dir = Path(tempfile.mkdtemp(prefix="memd-b-", dir="/tmp"))
+    sock = sock_dir / "memd.sock"
+    ws_root = home / "workspace"
+    if not ws_root.exists():
+        build_corpus(data, ws_root, args.copies)
+    result: dict[str, object] = {"copies": args.copies, "model": Path(args.model).name}
+
+    proc = start_daemon(home, sock, "local", args.model)
+    try:
+        with memd_client.connect(sock, timeout=None) as c:
+            c.workspace_add(str(ws_root), name="bench")
+            t = time.perf_counter()
+            c.reindex(workspace="bench")
+            st = wait_indexed(c, "bench", vectors=True)
+            result["index_seconds"] = round(time.perf_counter() - t, 1)
+            result["files"], result["chunks"] = st["files_indexed"], st["chunks"]
+        timed_searches(sock, "bench", questions[:20], "hybrid")  # warm up
+        result["idle_with_model"] = idle_cost(proc.pid)
+        for mode in ("keyword", "hybrid"):
+            single = timed_searches(sock, "bench", questions, mode)
+            result[f"{mode}_1_client"] = {
+                **summary(single),
+                "throughput_rps": round(1000 / statistics.fmean(single), 1),
+            }
+            result[f"{mode}_16_clients"] = concurrent(sock, "bench", questions, mode, 16)
+        result["edit_to_searchable"] = summary(
+            edit_to_searchable(sock, ws_root, "bench", args.edits)
+        )
+    finally:
+        stop_daemon(proc)
+
+    # Keyword-only daemon: what memd costs without a model loaded.
+    proc = start_daemon(home, sock, "none", "")
+    try:
+        with memd_client.connect(sock, timeout=None) as c:
+            c.reindex(workspace="bench")
+            wait_indexed(c, "bench", vectors=False)
+            timed_searches(sock, "bench", questions[:20], "keyword")
+        result["idle_without_model"] = idle_cost(proc.pid)
+    finally:
+        stop_daemon(proc)
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+    print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
