@@ -120,19 +120,22 @@ class Api:
         with ws.index.reader() as store:
             generation = store.generation()
             unembedded = store.pending_count()
-        watcher = self.watcher_state(ws)
-        pending = self.indexer.pending(ws)
+            watcher = self.watcher_state(ws)
+            keys = set(watcher.get("pending_keys") or ())
+            # A key still in the debounce window may already be indexed (an append, or a sync
+            # someone waited for): count only the files whose size or mtime differ from the index.
+            stale = {k for k in keys if k != "*" and not _indexed_as_on_disk(store, ws.root, k)}
+        pending = self.indexer.pending(ws) + len(stale)
         last_event = watcher.get("last_event_at")
-        if watcher.get("pending") and not (
-            last_event and self.indexer.synced_since(ws, last_event)
-        ):
-            pending += int(watcher["pending"])  # events still in the debounce window
+        if "*" in keys and not (last_event and self.indexer.synced_since(ws, last_event)):
+            pending += 1
+        watcher_summary = watcher.get("state")
         return {
             "generation": generation,
             "pending_files": pending,
             "unembedded_files": unembedded,
             "rebuilding": ws.syncer.rebuilding,
-            "watcher": watcher.get("state"),
+            "watcher": watcher_summary,
             "last_sync": ws.syncer.last_sync,
             "waited_ms": waited_ms,
             "fresh": pending == 0,
@@ -181,7 +184,9 @@ class Api:
         for ws in targets:
             st = self.service.status(ws.name)
             st["freshness"] = self.freshness(ws)
-            st["watcher"] = self.watcher_state(ws)
+            watcher = dict(self.watcher_state(ws))
+            watcher["pending_keys"] = sorted(watcher.get("pending_keys") or ())
+            st["watcher"] = watcher
             workspaces.append(st)
         return {"daemon": daemon, "workspaces": workspaces}
 
@@ -398,6 +403,15 @@ def save_registry(path: Path, entries: list[dict[str, Any]]) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def _indexed_as_on_disk(store: Any, root: Path, rel: str) -> bool:
+    row = store.file(rel)
+    try:
+        st = os.stat(root / rel)
+    except OSError:
+        return row is None  # gone from disk: fresh if gone from the index too
+    return row is not None and (row.size, row.mtime_ns) == (st.st_size, st.st_mtime_ns)
 
 
 METHODS = (

@@ -308,6 +308,7 @@ class Daemon:
             "reason": watcher.reason,
             "restarts": watcher.restarts,
             "pending": watcher.pending(),
+            "pending_keys": watcher.pending_keys(),
             "last_event_at": watcher.last_event_at,
         }
 

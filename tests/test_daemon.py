@@ -277,3 +277,28 @@ def test_registered_workspaces_survive_a_restart(ws: Path, fake: FakeEmbedder) -
         with client(d) as c:
             assert [w["name"] for w in c.call("workspace_list")["workspaces"]] == ["agent"]
             assert c.call("search", workspace="agent", query="Orion", wait_ms=5000)["results"]
+
+
+def test_append_then_search_is_fresh(daemon: Daemon, ws: Path) -> None:
+    """The watcher also sees the append's write; that must not make the reply look stale."""
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+        c.call("append", workspace="agent", text="The retro moved to Thursdays.")
+        found = c.call("search", workspace="agent", query="retro Thursdays", mode="keyword")
+        assert found["results"][0]["snippet"] == "The retro moved to Thursdays."
+        assert found["freshness"]["pending_files"] == 0 and found["freshness"]["fresh"]
+        # An edit nobody synced yet is reported as pending until the debounce has run.
+        (ws / "memory" / "2026-03-05.md").write_text("- unsynced\n")
+        deadline = time.monotonic() + 5
+        seen_pending = False
+        while time.monotonic() < deadline:
+            fresh = c.call("search", workspace="agent", query="unsynced", mode="keyword")
+            if fresh["freshness"]["pending_files"]:
+                seen_pending = True
+            if fresh["results"]:
+                break
+            time.sleep(0.01)
+        assert fresh["results"] and seen_pending
+        st = c.call("status", workspace="agent")["workspaces"][0]
+        assert isinstance(st["watcher"]["pending_keys"], list)

@@ -80,6 +80,11 @@ class Debouncer:
         with self._cond:
             return len(self._keys)
 
+    def pending_keys(self) -> set[str]:
+        """A copy of the keys waiting for delivery."""
+        with self._cond:
+            return set(self._keys)
+
     def stop(self, timeout: float | None = 10.0) -> None:
         """Deliver what is pending, stop the thread and join it."""
         with self._cond:

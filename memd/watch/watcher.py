@@ -118,6 +118,10 @@ class WorkspaceWatcher:
         """Return how many keys wait for the debounce."""
         return self._debouncer.pending()
 
+    def pending_keys(self) -> set[str]:
+        """The workspace-relative paths waiting for the debounce ("*": rescan everything)."""
+        return self._debouncer.pending_keys()
+
     def flush(self) -> None:
         """Deliver the pending keys now instead of after the debounce delay."""
         self._debouncer.flush()
