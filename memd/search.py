@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from memd.config import SearchConfig
 from memd.embed.base import Embedder
@@ -25,39 +25,34 @@ Mode = Literal["hybrid", "keyword", "vector"]
 DAY = 86_400.0
 
 
+_DEFAULTS = SearchConfig()
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """One search's knobs; ``from_config`` fills them from ``[search]``."""
 
-    mode: Mode = "hybrid"
-    max_results: int = 6
-    min_score: float = 0.35
+    # The defaults are [search]'s: SearchConfig is their one home.
+    mode: Mode = _DEFAULTS.mode
+    max_results: int = _DEFAULTS.max_results
+    min_score: float = _DEFAULTS.min_score
     sources: tuple[str, ...] | None = None
-    vector_weight: float = 0.5
-    text_weight: float = 0.5
-    candidate_multiplier: int = 4
-    snippet_chars: int = 700
-    decay: bool = False
-    half_life_days: float = 30.0
-    mmr: bool = False
-    mmr_lambda: float = 0.7
+    vector_weight: float = _DEFAULTS.vector_weight
+    text_weight: float = _DEFAULTS.text_weight
+    candidate_multiplier: int = _DEFAULTS.candidate_multiplier
+    snippet_chars: int = _DEFAULTS.snippet_chars
+    decay: bool = _DEFAULTS.decay
+    half_life_days: float = _DEFAULTS.half_life_days
+    mmr: bool = _DEFAULTS.mmr
+    mmr_lambda: float = _DEFAULTS.mmr_lambda
 
     @classmethod
     def from_config(cls, config: SearchConfig, **overrides: object) -> SearchOptions:
-        base = cls(
-            mode=config.mode,
-            max_results=config.max_results,
-            min_score=config.min_score,
-            vector_weight=config.vector_weight,
-            text_weight=config.text_weight,
-            candidate_multiplier=config.candidate_multiplier,
-            snippet_chars=config.snippet_chars,
-            decay=config.decay,
-            half_life_days=config.half_life_days,
-            mmr=config.mmr,
-            mmr_lambda=config.mmr_lambda,
-        )
-        return replace(base, **{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+        """Options from ``[search]``, with the ``overrides`` that are not None on top."""
+        names = {f.name for f in fields(cls)}
+        values = {f.name: getattr(config, f.name) for f in fields(config) if f.name in names}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
 
     @property
     def candidates(self) -> int:
@@ -201,8 +196,13 @@ def _why_no_vectors(embedder: Embedder | None, identity: object, store: Store) -
     )
 
 
-def _snippet(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit]
+def _hit(row: ChunkRow, options: SearchOptions, **scores: Any) -> Hit:
+    snippet = (
+        row.text if len(row.text) <= options.snippet_chars else row.text[: options.snippet_chars]
+    )
+    return Hit(
+        row.path, row.start_line, row.end_line, 0.0, snippet, row.source, chunk_id=row.id, **scores
+    )
 
 
 def _keyword_hits(
@@ -217,18 +217,7 @@ def _keyword_hits(
         tokens[row.id] = mmr_tokens(row.text)
         exact = bool(wanted) and wanted <= tokens[row.id]
         hits.append(
-            Hit(
-                row.path,
-                row.start_line,
-                row.end_line,
-                0.0,
-                _snippet(row.text, options.snippet_chars),
-                row.source,
-                text_score=bm25_to_score(row.score),
-                chunk_id=row.id,
-                keyword=True,
-                exact=exact,
-            )
+            _hit(row, options, text_score=bm25_to_score(row.score), keyword=True, exact=exact)
         )
     return hits
 
@@ -279,16 +268,7 @@ def _merge(
 ) -> list[Hit]:
     by_id: dict[int, Hit] = {}
     for row in vector_rows:
-        by_id[row.id] = Hit(
-            row.path,
-            row.start_line,
-            row.end_line,
-            0.0,
-            _snippet(row.text, options.snippet_chars),
-            row.source,
-            vector_score=max(0.0, min(1.0, row.score)),
-            chunk_id=row.id,
-        )
+        by_id[row.id] = _hit(row, options, vector_score=max(0.0, min(1.0, row.score)))
     if hybrid:
         tokens: dict[int, set[str]] = {}
         keyword_hits = _keyword_hits(keyword_rows, terms, options, tokens)
