@@ -21,6 +21,7 @@ from memd_client.paths import Dirs, user_dirs
 
 __all__ = [
     "Config",
+    "DreamingConfig",
     "EmbeddingConfig",
     "GetConfig",
     "IndexConfig",
@@ -154,6 +155,25 @@ class GetConfig:
 
 
 @dataclass(frozen=True)
+class DreamingConfig:
+    """Recall tracking and the promotion of short-term memories into MEMORY.md."""
+
+    # Record which daily-log results each search returned (the input of promotion).
+    record_recalls: bool = True
+    # Run promotion on a schedule (a cron expression in the user's time zone).
+    enabled: bool = False
+    schedule: str = "0 3 * * *"
+    # Keep MEMORY.md under this many characters by dropping the oldest promoted sections.
+    memory_max_chars: int = 10_000
+
+    def validate(self) -> None:
+        from croniter import croniter
+
+        _check(croniter.is_valid(self.schedule), "dreaming.schedule", "is not a valid cron expression")
+        _check(self.memory_max_chars >= 0, "dreaming.memory_max_chars", "must not be negative")
+
+
+@dataclass(frozen=True)
 class WorkspaceConfig:
     """A workspace named in the configuration file."""
 
@@ -171,6 +191,7 @@ class Config:
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     watch: WatchConfig = field(default_factory=WatchConfig)
     get: GetConfig = field(default_factory=GetConfig)
+    dreaming: DreamingConfig = field(default_factory=DreamingConfig)
     workspaces: tuple[WorkspaceConfig, ...] = ()
     # IANA time zone for daily-log dates; empty means the machine's local zone.
     timezone: str = ""
@@ -241,6 +262,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "embedding": EmbeddingConfig,
     "watch": WatchConfig,
     "get": GetConfig,
+    "dreaming": DreamingConfig,
 }
 _TOP_LEVEL = {"timezone": str}
 

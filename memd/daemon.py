@@ -8,6 +8,7 @@ job, close the stores and the model. Signal handlers only record the signal; the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
@@ -201,16 +202,12 @@ class Daemon:
         if (new.index, new.embedding) != (self.config.index, self.config.embedding):
             logger.warning("[index] and [embedding] changes take effect when memd restarts")
         self.config = new
-        self.service.config = Config(
+        # What the running stores and embedder were built with stays; the rest applies now.
+        self.service.config = dataclasses.replace(
+            new,
             index=self.service.config.index,
-            search=new.search,
             embedding=self.service.config.embedding,
-            watch=new.watch,
-            get=new.get,
-            workspaces=new.workspaces,
-            timezone=new.timezone,
             dirs=self.service.config.dirs,
-            source=new.source,
         )
         for ws in new.workspaces:
             with contextlib.suppress(MemdError):
