@@ -1,0 +1,1 @@
+"""Recall tracking and promotion of short-term memories ("dreaming")."""

@@ -1,0 +1,151 @@
+"""Ranking of recall-store entries for promotion: the reference's six weighted signals and the
+manual and scheduled thresholds."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from memd.dreams.recall_store import RecallEntry, is_promotable, is_short_term
+
+__all__ = [
+    "MANUAL",
+    "SCHEDULED",
+    "WEIGHTS",
+    "Candidate",
+    "Thresholds",
+    "consolidation",
+    "rank",
+    "score_entry",
+]
+
+logger = logging.getLogger(__name__)
+
+# Already normalised (they sum to 1). The reference adds a phase boost from light/REM dreaming
+# hits; memd runs only the deep phase (pure code, no LLM), so there is no phase boost here.
+WEIGHTS: dict[str, float] = {
+    "frequency": 0.24,
+    "relevance": 0.30,
+    "diversity": 0.15,
+    "recency": 0.15,
+    "consolidation": 0.10,
+    "conceptual": 0.06,
+}
+_DAY_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What an entry needs to be promoted; ``max_age_days < 0`` disables the age limit."""
+
+    min_score: float
+    min_recall_count: int
+    min_unique_queries: int
+    limit: int = 10
+    max_age_days: float = 30.0
+    half_life_days: float = 14.0
+
+
+MANUAL = Thresholds(0.75, 3, 2)
+SCHEDULED = Thresholds(0.8, 3, 3)
+
+
+@dataclass
+class Candidate:
+    """An entry with its score and the components that made it."""
+
+    entry: RecallEntry
+    score: float
+    components: dict[str, float]
+    signal_count: int
+    unique_queries: int
+    age_days: float
+
+
+def _clamp(x: float) -> float:
+    return min(1.0, max(0.0, x))
+
+
+def _parse_day(day: str) -> dt.date | None:
+    try:
+        return dt.date.fromisoformat(day)
+    except ValueError:
+        return None
+
+
+def consolidation(recall_days: Sequence[str], grounded_count: int = 0) -> float:
+    """Spaced repetition: more distinct days over a longer span (a week saturates) scores higher."""
+    days = sorted({d for d in map(_parse_day, recall_days) if d is not None})
+    if not days:
+        spacing = 0.0
+    elif len(days) == 1:
+        spacing = 0.2
+    else:
+        n = len(days)
+        span = (days[-1] - days[0]).days
+        spacing = _clamp(
+            0.55 * _clamp(math.log(1 + (n - 1)) / math.log(5)) + 0.45 * _clamp(span / 7)
+        )
+    return max(spacing, _clamp(grounded_count / 3))
+
+
+def _age_days(entry: RecallEntry, now: dt.datetime) -> float:
+    """Days since the last recall; 0 when the timestamp does not parse (as the reference does)."""
+    try:
+        last = dt.datetime.fromisoformat(entry.last_recalled_at)
+    except ValueError:
+        return 0.0
+    if last.tzinfo is None:
+        last = last.replace(tzinfo=dt.UTC)
+    return max(0.0, (now - last).total_seconds() / _DAY_S)
+
+
+def score_entry(entry: RecallEntry, now: dt.datetime, *, half_life_days: float = 14.0) -> Candidate:
+    """Score one entry without applying any threshold."""
+    signals = entry.recall_count + entry.daily_count + entry.grounded_count
+    diversity = max(len(entry.query_hashes), len(entry.recall_days))
+    age = _age_days(entry, now)
+    decay = math.log(2) / half_life_days if half_life_days > 0 else 0.0
+    components = {
+        "frequency": _clamp(math.log(1 + signals) / math.log(11)),
+        "relevance": _clamp(entry.total_score / max(1, signals)),
+        "diversity": _clamp(diversity / 5),
+        "recency": math.exp(-decay * age),
+        "consolidation": consolidation(entry.recall_days, entry.grounded_count),
+        "conceptual": _clamp(len(entry.concept_tags) / 6),
+    }
+    score = sum(WEIGHTS[name] * value for name, value in components.items())
+    return Candidate(entry, _clamp(score), components, signals, diversity, age)
+
+
+def rank(
+    entries: Iterable[RecallEntry],
+    thresholds: Thresholds,
+    now: dt.datetime,
+    *,
+    include_promoted: bool = False,
+) -> list[Candidate]:
+    """The entries that pass ``thresholds``, best first, at most ``thresholds.limit``."""
+    out: list[Candidate] = []
+    for entry in entries:
+        if entry.source != "memory" or not is_short_term(entry.path):
+            continue
+        if not is_promotable(entry.snippet):
+            continue
+        if entry.promoted_at is not None and not include_promoted:
+            continue
+        c = score_entry(entry, now, half_life_days=thresholds.half_life_days)
+        if c.signal_count == 0 or c.signal_count < thresholds.min_recall_count:
+            continue
+        if c.unique_queries < thresholds.min_unique_queries:
+            continue
+        if thresholds.max_age_days >= 0 and c.age_days > thresholds.max_age_days:
+            continue
+        if c.score < thresholds.min_score:
+            continue
+        out.append(c)
+    out.sort(key=lambda c: (-c.score, -c.entry.recall_count, c.entry.path))
+    return out[: max(0, thresholds.limit)]

@@ -1,0 +1,417 @@
+"""The short-term recall store (``memory/.dreams/short-term-recall.json``): which daily-log snippets
+searches surfaced, how often and on which days, under the reference system's lock and caps."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeGuard
+from zoneinfo import ZoneInfo
+
+from memd.dreams.recall_lock import LOCK_RETRY_S, LOCK_STALE_S, LOCK_TIMEOUT_S, file_lock
+from memd.dreams.recall_text import (
+    DAY,
+    MAX_CONCEPT_TAGS,
+    claim_hash,
+    collapse,
+    concept_tags,
+    is_promotable,
+    is_short_term,
+    query_hash,
+)
+
+__all__ = [
+    "LOCK_RETRY_S",
+    "LOCK_STALE_S",
+    "LOCK_TIMEOUT_S",
+    "RecallEntry",
+    "RecallStore",
+    "claim_hash",
+    "concept_tags",
+    "is_promotable",
+    "is_short_term",
+    "query_hash",
+]
+
+logger = logging.getLogger(__name__)
+
+TMP_MAX_AGE_S = 3600.0
+
+MAX_QUERY_HASHES = 32
+MAX_RECALL_DAYS = 16
+
+STORE_NAME = "short-term-recall.json"
+LOCK_NAME = "short-term-promotion.lock"
+
+
+def entry_key(path: str, start_line: int, end_line: int) -> str:
+    return f"memory:{path}:{start_line}:{end_line}"
+
+
+def _iso(moment: dt.datetime) -> str:
+    """A JavaScript-style UTC timestamp: ``2026-04-01T12:00:00.000Z``."""
+    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _recent_distinct(items: Sequence[str], new: str | None, cap: int) -> list[str]:
+    """Distinct items in order, ``new`` moved to the end, keeping the last ``cap``."""
+    out: list[str] = []
+    for item in [*items, *([new] if new is not None else [])]:
+        if item in out:
+            out.remove(item)
+        out.append(item)
+    return out[-cap:]
+
+
+@dataclass
+class RecallEntry:
+    """One tracked line range of a daily note; JSON keys are the reference's camelCase names."""
+
+    key: str
+    path: str
+    start_line: int
+    end_line: int
+    snippet: str
+    source: str = "memory"
+    recall_count: int = 0
+    daily_count: int = 0
+    grounded_count: int = 0
+    total_score: float = 0.0
+    max_score: float = 0.0
+    first_recalled_at: str = ""
+    last_recalled_at: str = ""
+    query_hashes: list[str] = field(default_factory=list)
+    recall_days: list[str] = field(default_factory=list)
+    concept_tags: list[str] = field(default_factory=list)
+    claim_hash: str | None = None
+    promoted_at: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "key": self.key,
+            "path": self.path,
+            "startLine": self.start_line,
+            "endLine": self.end_line,
+            "source": self.source,
+            "snippet": self.snippet,
+            "recallCount": self.recall_count,
+            "dailyCount": self.daily_count,
+            "groundedCount": self.grounded_count,
+            "totalScore": self.total_score,
+            "maxScore": self.max_score,
+            "firstRecalledAt": self.first_recalled_at,
+            "lastRecalledAt": self.last_recalled_at,
+            "queryHashes": list(self.query_hashes),
+            "recallDays": list(self.recall_days),
+            "conceptTags": list(self.concept_tags),
+        }
+        if self.claim_hash is not None:
+            out["claimHash"] = self.claim_hash
+        if self.promoted_at is not None:
+            out["promotedAt"] = self.promoted_at
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any, key: str | None = None) -> RecallEntry | None:
+        """Parse and normalise one stored entry; None when it is invalid (the store drops it)."""
+        if not isinstance(raw, Mapping):
+            return None
+        path, snippet, source = raw.get("path"), raw.get("snippet"), raw.get("source", "memory")
+        start, end = raw.get("startLine"), raw.get("endLine")
+        if not isinstance(path, str) or not is_short_term(path) or source != "memory":
+            return None
+        if not _is_int(start) or not _is_int(end) or not 1 <= start <= end:
+            return None
+        if not isinstance(snippet, str) or not is_promotable(snippet):
+            return None
+        counts = [raw.get(k, 0) for k in ("recallCount", "dailyCount", "groundedCount")]
+        scores = [raw.get(k, 0.0) for k in ("totalScore", "maxScore")]
+        if not all(_is_int(c) and c >= 0 for c in counts):
+            return None
+        if not all(_is_num(s) and s >= 0 for s in scores):
+            return None
+        stored_key = raw.get("key")
+        tags = _strs(raw.get("conceptTags"))[:MAX_CONCEPT_TAGS] or concept_tags(path, snippet)
+        return cls(
+            key=stored_key if isinstance(stored_key, str) and stored_key else key or "",
+            path=path,
+            start_line=start,
+            end_line=end,
+            snippet=collapse(snippet),
+            recall_count=counts[0],
+            daily_count=counts[1],
+            grounded_count=counts[2],
+            total_score=float(scores[0]),
+            max_score=float(scores[1]),
+            first_recalled_at=_opt_str(raw.get("firstRecalledAt")) or "",
+            last_recalled_at=_opt_str(raw.get("lastRecalledAt")) or "",
+            query_hashes=_recent_distinct(_strs(raw.get("queryHashes")), None, MAX_QUERY_HASHES),
+            recall_days=sorted(set(filter(DAY.fullmatch, _strs(raw.get("recallDays")))))[
+                -MAX_RECALL_DAYS:
+            ],
+            concept_tags=tags,
+            claim_hash=_opt_str(raw.get("claimHash")),
+            promoted_at=_opt_str(raw.get("promotedAt")),
+        )
+
+
+def _is_int(v: object) -> TypeGuard[int]:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> TypeGuard[int | float]:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v == v
+
+
+def _strs(v: Any) -> list[str]:
+    return [s for s in v if isinstance(s, str)] if isinstance(v, list) else []
+
+
+def _opt_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class RecallStore:
+    """The recall store of the workspace at ``root``; every write happens under ``locked()``."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        timezone: str = "",
+        clock: Callable[[], dt.datetime] | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.dir = self.root / "memory" / ".dreams"
+        self.path = self.dir / STORE_NAME
+        self.prev_path = self.dir / (STORE_NAME + ".prev")
+        self.lock_path = self.dir / LOCK_NAME
+        try:
+            self._tz: dt.tzinfo | None = ZoneInfo(timezone) if timezone else None
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"timezone {timezone!r} is not a known IANA time zone") from exc
+        self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
+
+    # -- locking ---------------------------------------------------------------------------------
+
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the store's lock (re-entrant within a thread); raise Busy after LOCK_TIMEOUT_S."""
+        return file_lock(self.lock_path)
+
+    # -- reading and writing ---------------------------------------------------------------------
+
+    def load(self) -> dict[str, RecallEntry]:
+        """Read and normalise the store; a corrupt file is quarantined and ``.prev`` used instead."""
+        data = self._read(self.path)
+        if data is not None:
+            return data
+        if not self.path.exists():
+            return {}
+        with self.locked():  # quarantine only under the lock, after a second look
+            data = self._read(self.path)
+            if data is not None or not self.path.exists():
+                return data or {}
+            bad = self.dir / f"{STORE_NAME}.corrupt-{int(time.time() * 1000)}"
+            logger.warning("recall store %s does not parse; moved to %s", self.path, bad.name)
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(self.path, bad)
+            prev = self._read(self.prev_path)
+            if not prev:
+                logger.warning("no usable %s: starting an empty recall store", self.prev_path.name)
+                return {}
+            self._write_atomic(self.path, self.prev_path.read_bytes())  # restore the last good
+            return prev
+
+    def _read(self, path: Path) -> dict[str, RecallEntry] | None:
+        """The entries of one store file; {} if missing, None if it does not parse."""
+        try:
+            raw = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            return {} if path == self.prev_path else None
+        except (OSError, ValueError) as exc:
+            logger.debug("reading %s failed: %s", path, exc)
+            return None
+        if not isinstance(raw, dict) or raw.get("version") != 1:
+            return None
+        entries = raw.get("entries")
+        if not isinstance(entries, dict):
+            return None
+        out: dict[str, RecallEntry] = {}
+        for key, value in entries.items():
+            entry = RecallEntry.from_json(value, key)
+            if entry is not None:
+                out[entry.key] = entry
+        return out
+
+    def save(self, entries: Mapping[str, RecallEntry]) -> None:
+        """Replace the store atomically (temp file, fsync, rename, fsync dir), keeping ``.prev``."""
+        with self.locked():
+            payload = {
+                "version": 1,
+                "updatedAt": _iso(self._clock()),
+                "entries": {key: e.to_json() for key, e in entries.items()},
+            }
+            text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+            try:
+                current = self.path.read_bytes()
+                json.loads(current)
+            except (OSError, ValueError):
+                current = None  # missing or not good: never copied over the last good .prev
+            if current is not None:
+                self._write_atomic(self.prev_path, current)
+            self._write_atomic(self.path, text.encode("utf-8"))
+
+    def _write_atomic(self, target: Path, data: bytes) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{STORE_NAME}.tmp-{os.getpid()}-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(self.dir)
+
+    def cleanup(self, max_age_s: float = TMP_MAX_AGE_S) -> int:
+        """Remove temp files older than ``max_age_s`` left by a crashed save; return how many."""
+        removed = 0
+        now = time.time()
+        for tmp in self.dir.glob(f".{STORE_NAME}.tmp-*") if self.dir.is_dir() else ():
+            try:
+                if now - tmp.stat().st_mtime > max_age_s:
+                    tmp.unlink()
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        return removed
+
+    # -- updates ---------------------------------------------------------------------------------
+
+    def record(
+        self,
+        query: str,
+        results: Sequence[Mapping[str, Any]],
+        *,
+        signal: Literal["recall", "daily"] = "recall",
+    ) -> int:
+        """Count the short-term, promotable results of one search; return how many entries changed."""
+        now = self._clock()
+        stamp, today, qh = _iso(now), self._day(now), query_hash(query)
+        with self.locked():
+            entries = self.load()
+            touched = 0
+            for result in results:
+                touched += self._apply(entries, result, qh, today, stamp, signal)
+            if touched:
+                self.save(entries)
+        return touched
+
+    def _apply(
+        self,
+        entries: dict[str, RecallEntry],
+        result: Mapping[str, Any],
+        qh: str,
+        today: str,
+        stamp: str,
+        signal: str,
+    ) -> int:
+        path, start, end = result.get("path"), result.get("start_line"), result.get("end_line")
+        if not isinstance(path, str) or not is_short_term(path):
+            return 0
+        if result.get("source", "memory") != "memory":
+            return 0
+        if not _is_int(start) or not _is_int(end) or not 1 <= start <= end:
+            return 0
+        snippet = result.get("snippet")
+        if snippet is None:
+            snippet = self._read_lines(path, start, end)
+        if not isinstance(snippet, str) or not is_promotable(snippet):
+            return 0
+        score = result.get("score")
+        score = min(1.0, max(0.0, float(score))) if _is_num(score) else 0.0
+        key = entry_key(path, start, end)
+        entry = entries.get(key)
+        if entry is None:
+            entry = entries[key] = RecallEntry(key, path, start, end, "", first_recalled_at=stamp)
+        duplicate = qh in entry.query_hashes and today in entry.recall_days
+        if not duplicate:
+            if signal == "daily":
+                entry.daily_count += 1
+            else:
+                entry.recall_count += 1
+            entry.total_score += score
+            entry.max_score = max(entry.max_score, score)
+        entry.snippet = collapse(snippet)
+        entry.last_recalled_at = stamp
+        entry.query_hashes = _recent_distinct(entry.query_hashes, qh, MAX_QUERY_HASHES)
+        entry.recall_days = sorted({*entry.recall_days, today})[-MAX_RECALL_DAYS:]
+        entry.concept_tags = concept_tags(path, entry.snippet)
+        return 1
+
+    def _read_lines(self, path: str, start: int, end: int) -> str | None:
+        """The text of lines ``start..end`` of a workspace file, for results given without one."""
+        target = (self.root / path).resolve()
+        if not target.is_relative_to(self.root.resolve()):
+            return None
+        try:
+            lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return None
+        return "\n".join(lines[start - 1 : end])
+
+    def mark_promoted(self, updates: Mapping[str, Mapping[str, Any]]) -> int:
+        """Stamp ``promotedAt`` on the given keys, moving relocated ones; return how many changed."""
+        with self.locked():
+            entries = self.load()
+            stamp = _iso(self._clock())
+            changed = 0
+            for key, update in updates.items():
+                entry = entries.get(key)
+                if entry is None:
+                    continue
+                fields: dict[str, Any] = {"promoted_at": stamp}
+                for name in ("start_line", "end_line"):
+                    if _is_int(update.get(name)):
+                        fields[name] = update[name]
+                if isinstance(update.get("snippet"), str) and update["snippet"].strip():
+                    fields["snippet"] = collapse(update["snippet"])
+                entries[key] = dataclasses.replace(entry, **fields)
+                changed += 1
+            if changed:
+                self.save(entries)
+            return changed
+
+    def counts(self) -> dict[str, int]:
+        """Entries in the store: all, promoted, with concept tags, recalled on 2+ days."""
+        entries = list(self.load().values())
+        return {
+            "entries": len(entries),
+            "promoted": sum(e.promoted_at is not None for e in entries),
+            "concept_tagged": sum(bool(e.concept_tags) for e in entries),
+            "spaced": sum(len(e.recall_days) >= 2 for e in entries),
+        }
+
+    def _day(self, moment: dt.datetime) -> str:
+        """The YYYY-MM-DD day bucket of ``moment`` in the user's time zone (machine local if unset)."""
+        return moment.astimezone(self._tz).date().isoformat()
