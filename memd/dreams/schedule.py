@@ -1,0 +1,137 @@
+"""When scheduled promotion is due: a cron expression in the user's time zone, and the last run kept
+in a small state file so a restart neither repeats nor forgets a run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from memd_client.errors import ConfigError
+
+__all__ = ["Schedule"]
+
+logger = logging.getLogger(__name__)
+
+
+def _local_zone() -> tzinfo:
+    """The machine's zone with its DST rules when they can be found, else today's fixed offset."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
+        if name:
+            return ZoneInfo(name)
+        with open("/etc/localtime", "rb") as f:
+            return ZoneInfo.from_file(f, key="localtime")
+    return datetime.now().astimezone().tzinfo or UTC
+
+
+class Schedule:
+    """A cron schedule that runs once per due slot; slots missed while memd was down run once."""
+
+    def __init__(
+        self,
+        cron: str,
+        *,
+        timezone: str = "",
+        state_path: Path,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        if not croniter.is_valid(cron):
+            raise ConfigError(f"dreaming schedule {cron!r} is not a valid cron expression")
+        try:
+            self.tz: tzinfo = ZoneInfo(timezone) if timezone else _local_zone()
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ConfigError(f"timezone {timezone!r} is not a known IANA time zone") from exc
+        self.cron = cron
+        self.state_path = state_path
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._lock = threading.Lock()
+        self._last_run = self._load()
+
+    @property
+    def last_run(self) -> datetime | None:
+        """When the schedule last ran (or was first started), if ever."""
+        return self._last_run
+
+    def _now(self) -> datetime:
+        now = self._clock()
+        return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
+
+    def _slot_after(self, moment: datetime) -> datetime:
+        nxt = croniter(self.cron, moment.astimezone(self.tz)).get_next(datetime)
+        assert isinstance(nxt, datetime)
+        return nxt
+
+    def next_run(self) -> datetime:
+        """The first scheduled slot after now, in the schedule's time zone."""
+        return self._slot_after(self._now())
+
+    def due(self) -> bool:
+        """Say whether a slot lies in (last run, now]; the first call only records a baseline."""
+        now = self._now()
+        with self._lock:
+            last = self._last_run
+            if last is None:
+                # No run for slots before memd ever ran: start counting from now.
+                logger.info(
+                    "dreaming schedule %r starts; first run at %s", self.cron, self.next_run()
+                )
+                self._save(now)
+                return False
+            if last > now:  # the clock went back: do not wait for it to catch up
+                logger.warning("last dreaming run %s is in the future; counting from now", last)
+                self._save(now)
+                last = now
+        return self._slot_after(last) <= now
+
+    def mark_ran(self, when: datetime | None = None) -> None:
+        """Record a run at ``when`` (default now): slots up to then are done."""
+        moment = when or self._now()
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        with self._lock:
+            self._save(moment)
+
+    def _load(self) -> datetime | None:
+        try:
+            raw = json.loads(self.state_path.read_text(encoding="utf-8"))
+            last = datetime.fromisoformat(raw["last_run"])
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.warning("ignoring unreadable schedule state %s: %s", self.state_path, exc)
+            return None
+        return last if last.tzinfo is not None else last.replace(tzinfo=UTC)
+
+    def _save(self, moment: datetime) -> None:
+        """Write the state file atomically (temp file, fsync, rename, fsync the directory)."""
+        self._last_run = moment
+        directory = self.state_path.parent
+        directory.mkdir(parents=True, exist_ok=True)
+        data = json.dumps({"last_run": moment.astimezone(UTC).isoformat()}) + "\n"
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.state_path.name}.", suffix=".tmp", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.state_path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            with contextlib.suppress(OSError):
+                os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
