@@ -6,18 +6,24 @@ methods never see a socket or msgpack.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from memd import __version__
+from memd.dreams.dreaming import run_promotion
+from memd.dreams.ranking import MANUAL
+from memd.dreams.recall_store import RecallStore
+from memd.dreams.recorder import RecallRecorder
 from memd.indexer import URGENT, Indexer
 from memd.service import MemoryService, Workspace
 from memd_client.errors import BadRequest, Timeout, UnknownWorkspace
@@ -89,8 +95,14 @@ class Api:
         on_workspace_added: Callable[[Workspace], None] | None = None,
         on_workspace_removed: Callable[[Workspace], None] | None = None,
         socket_path: str = "",
+        recorder: RecallRecorder | None = None,
+        clock: Callable[[], datetime] | None = None,
+        next_promotion: Callable[[], datetime | None] | None = None,
     ) -> None:
         self.service = service
+        self.recorder = recorder
+        self.clock = clock
+        self.next_promotion = next_promotion or (lambda: None)
         self.indexer = indexer
         self.registry = registry
         self.watcher_state = watcher_state or (
@@ -183,6 +195,16 @@ class Api:
         workspaces = []
         for ws in targets:
             st = self.service.status(ws.name)
+            try:
+                recalls: dict[str, Any] = RecallStore(ws.root).counts()
+            except Exception as exc:  # a damaged store is reported, not fatal
+                recalls = {"error": str(exc)}
+            nxt = self.next_promotion()
+            st["dreaming"] = {
+                "recall_store": recalls,
+                "enabled": self.service.config.dreaming.enabled,
+                "next_run": nxt.isoformat() if nxt else None,
+            }
             st["freshness"] = self.freshness(ws)
             watcher = dict(self.watcher_state(ws))
             watcher["pending_keys"] = sorted(watcher.get("pending_keys") or ())
@@ -228,8 +250,11 @@ class Api:
             mmr=_bool(params, "mmr"),
             sources=tuple(sources) if sources else None,
         )
+        results = [h.to_dict() for h in outcome.results]
+        if self.recorder is not None and self.service.config.dreaming.record_recalls:
+            self.recorder.submit(ws.root, query, results)  # off the reply path
         return {
-            "results": [h.to_dict() for h in outcome.results],
+            "results": results,
             "freshness": self.freshness(ws, waited_ms=waited),
             "provider": outcome.provider,
             "model": outcome.model,
@@ -293,7 +318,51 @@ class Api:
                 raise BadRequest("each result needs start_line <= end_line")
             score = _float(item, "score", 0.0, 1.0)
             clean.append({"path": path, "start_line": start, "end_line": end, "score": score})
-        return {"recorded": self.service.record_recall(ws.name, query or "", clean)}
+        store = RecallStore(ws.root, timezone=self.service.config.timezone, clock=self.clock)
+        return {"recorded": store.record(query or "", clean)}
+
+    def promote(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        _only(
+            params,
+            "workspace",
+            "apply",
+            "explain",
+            "include_promoted",
+            "limit",
+            "min_score",
+            "min_recall_count",
+            "min_unique_queries",
+        )
+        ws = self._ws(params)
+        thresholds = MANUAL
+        overrides: dict[str, Any] = {}
+        if (v := _int(params, "limit", 1, 1000)) is not None:
+            overrides["limit"] = v
+        if (f := _float(params, "min_score", 0.0, 1.0)) is not None:
+            overrides["min_score"] = f
+        if (v := _int(params, "min_recall_count", 0, 10_000)) is not None:
+            overrides["min_recall_count"] = v
+        if (v := _int(params, "min_unique_queries", 0, 10_000)) is not None:
+            overrides["min_unique_queries"] = v
+        if overrides:
+            thresholds = dataclasses.replace(thresholds, **overrides)
+        if self.recorder is not None:
+            self.recorder.wait_idle()
+        apply = bool(_bool(params, "apply"))
+        result = run_promotion(
+            ws.root,
+            thresholds,
+            apply=apply,
+            explain=_str(params, "explain", required=False),
+            include_promoted=bool(_bool(params, "include_promoted")),
+            max_chars=self.service.config.dreaming.memory_max_chars,
+            timezone=self.service.config.timezone,
+            clock=self.clock,
+        )
+        if apply and result["applied"]:
+            self._wait_fresh(ws, 10_000)  # MEMORY.md changed: searchable before we answer
+        result["workspace"] = ws.name
+        return result
 
     def reindex(self, params: Mapping[str, Any]) -> dict[str, Any]:
         _only(params, "workspace", "force", "wait")
@@ -425,4 +494,5 @@ METHODS = (
     "workspace_add",
     "workspace_remove",
     "workspace_list",
+    "promote",
 )

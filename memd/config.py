@@ -169,7 +169,9 @@ class DreamingConfig:
     def validate(self) -> None:
         from croniter import croniter
 
-        _check(croniter.is_valid(self.schedule), "dreaming.schedule", "is not a valid cron expression")
+        _check(
+            croniter.is_valid(self.schedule), "dreaming.schedule", "is not a valid cron expression"
+        )
         _check(self.memory_max_chars >= 0, "dreaming.memory_max_chars", "must not be negative")
 
 

@@ -16,13 +16,18 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from memd.api import Api, load_registry
 from memd.config import Config
+from memd.dreams.dreaming import run_promotion
+from memd.dreams.ranking import SCHEDULED
+from memd.dreams.recorder import RecallRecorder
+from memd.dreams.schedule import Schedule
 from memd.embed.select import Choice
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
@@ -71,6 +76,7 @@ class Daemon:
         choice: Choice | None = None,
         socket: Path | None = None,
         debounce_ms: int | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.config = config
         self.choice = choice
@@ -86,6 +92,9 @@ class Daemon:
         self.watchers: dict[Path, WorkspaceWatcher] = {}
         self._watch_lock = threading.Lock()
         self._lock_fd: int | None = None
+        self.clock = clock
+        self.recorder: RecallRecorder | None = None
+        self.schedule: Schedule | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -121,6 +130,15 @@ class Daemon:
                 logger.warning("registered workspace %s skipped: %s", entry.get("path"), exc)
         self.indexer = Indexer(service)
         self.indexer.start()
+        self.recorder = RecallRecorder(timezone=self.config.timezone, clock=self.clock)
+        self.recorder.start()
+        if self.config.dreaming.enabled:
+            self.schedule = Schedule(
+                self.config.dreaming.schedule,
+                timezone=self.config.timezone,
+                state_path=self.config.state_dir / "dreaming.json",
+                clock=self.clock,
+            )
         for ws in service.workspaces():
             self._watch(ws)
             self.indexer.request_sync(ws, priority=RECONCILE)  # the start-up reconcile
@@ -132,6 +150,9 @@ class Daemon:
             on_workspace_added=self._watch,
             on_workspace_removed=self._unwatch,
             socket_path=str(self.socket_path),
+            recorder=self.recorder,
+            clock=self.clock,
+            next_promotion=lambda: self.schedule.next_run() if self.schedule else None,
         )
         self.server = Server(self.socket_path, Dispatcher(self.api), on_count=self._count)
         self.server.bind()
@@ -151,6 +172,7 @@ class Daemon:
         next_reconcile = time.monotonic() + self.config.watch.reconcile_seconds
         watchdog_usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
         next_ping = time.monotonic()
+        next_dream_check = time.monotonic()
         while not self.should_exit.wait(0.25):
             now = time.monotonic()
             if self.reload_requested.is_set():
@@ -163,6 +185,9 @@ class Daemon:
                 next_reconcile = now + self.config.watch.reconcile_seconds
                 for ws in self.service.workspaces():
                     self.indexer.request_sync(ws, priority=RECONCILE)
+            if self.schedule is not None and now >= next_dream_check:
+                next_dream_check = now + 30
+                self._maybe_promote()
             if watchdog_usec and now >= next_ping:
                 next_ping = now + watchdog_usec / 2e6
                 sd_notify("WATCHDOG=1")
@@ -177,6 +202,9 @@ class Daemon:
             self.watchers.clear()
         for watcher in watchers:
             watcher.stop()
+        if self.recorder is not None:
+            self.recorder.stop()
+            self.recorder = None
         if self.indexer is not None:
             self.indexer.stop()
             self.indexer = None
@@ -262,6 +290,31 @@ class Daemon:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
+
+    def _maybe_promote(self) -> None:
+        """The scheduled promotion: once per due slot (a missed slot runs once, at start)."""
+        assert self.schedule is not None
+        if not self.schedule.due() or self.service is None:
+            return
+        self.schedule.mark_ran()
+        if self.recorder is not None:
+            self.recorder.wait_idle()
+        for ws in self.service.workspaces():
+            try:
+                result = run_promotion(
+                    ws.root,
+                    SCHEDULED,
+                    apply=True,
+                    max_chars=self.config.dreaming.memory_max_chars,
+                    timezone=self.config.timezone,
+                    clock=self.clock,
+                )
+            except Exception as exc:
+                logger.warning("scheduled promotion in %s failed: %s", ws.name, exc)
+                continue
+            if result["applied"] and self.indexer is not None:
+                self.indexer.request_sync(ws, {"MEMORY.md"})
+            logger.info("scheduled promotion in %s: %d promoted", ws.name, len(result["applied"]))
 
     def _watch(self, ws: Workspace) -> None:
         indexer = self.indexer

@@ -7,7 +7,6 @@ workspace has one Index and one Syncer; writes to a workspace are serialised by 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
 import threading
@@ -134,16 +133,6 @@ class MemoryService:
             Path(str(ws.index.path) + suffix).unlink(missing_ok=True)
         logger.info("workspace %s removed", ws.name)
         return True
-
-    def record_recall(self, ref: str, query: str, results: list[dict[str, Any]]) -> int:
-        """Keep a record of which results a caller used (promotion reads these later)."""
-        ws = self.workspace(ref)
-        folder = self.config.state_dir / "recalls"
-        folder.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"at": time.time(), "query": query, "results": results})
-        with open(folder / f"{ws.index.path.stem}.jsonl", "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-        return len(results)
 
     def workspace(self, ref: str) -> Workspace:
         """Find a workspace by registered name or path; an unregistered directory is added."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from memd.config import Config
@@ -27,13 +28,16 @@ def running_daemon(
     embedder: FakeEmbedder | None = None,
     socket_dir: Path | None = None,
     debounce_ms: int = 100,
+    clock: Callable[[], datetime] | None = None,
 ) -> Iterator[Daemon]:
     """Start a Daemon on a thread (no signal handlers), yield it ready, always stop it."""
     config = config or Config.load()
     own_dir = socket_dir is None
     directory = socket_dir or short_socket_dir()
     choice = Choice(embedder or FakeEmbedder(), "fake", protect=False)
-    daemon = Daemon(config, choice=choice, socket=directory / "memd.sock", debounce_ms=debounce_ms)
+    daemon = Daemon(
+        config, choice=choice, socket=directory / "memd.sock", debounce_ms=debounce_ms, clock=clock
+    )
     codes: list[int] = []
     thread = threading.Thread(
         target=lambda: codes.append(daemon.run(install_signals=False)), name="test-daemon"

@@ -164,3 +164,37 @@ def model_line(name: str, size: int, sha256: str | None, partial: bool) -> str:
     """One model file: name, size and the start of its checksum, or that it is unfinished."""
     tail = "partial download" if partial else f"sha256 {sha256[:12]}…" if sha256 else "unverified"
     return f"{name}  {_mb(size)}  {tail}"
+
+
+def promote_lines(result: dict[str, Any]) -> list[str]:
+    """Human lines for a promote reply: candidates, what was applied, an explanation."""
+    lines = []
+    explained = result.get("explain")
+    if "explain" in result:
+        if explained is None:
+            lines.append("No such entry in the recall store.")
+        else:
+            lines.append(
+                f"{explained['key']}: score {explained['score']:.3f}"
+                f" ({'passes' if explained.get('passes_thresholds') else 'below'} thresholds)"
+            )
+            for name, value in explained.get("components", {}).items():
+                lines.append(f"  {name:<14} {value:.3f}")
+            lines.append(
+                f"  recalls {explained['recall_count']}, queries {explained['unique_queries']},"
+                f" days {', '.join(explained.get('recall_days') or [])}"
+            )
+    candidates = result.get("candidates") or []
+    lines.append(f"{len(candidates)} candidate(s) of {result.get('entries', 0)} tracked")
+    for c in candidates:
+        lines.append(
+            f"{c['score']:.3f}  {c['path']}#L{c['start_line']}-L{c['end_line']}"
+            f"  recalls={c['recall_count']} queries={c['unique_queries']}"
+        )
+        lines.append(f"    {str(c.get('snippet', ''))[:100]}")
+    applied = result.get("applied") or []
+    if applied:
+        lines.append(f"Promoted {len(applied)} to MEMORY.md")
+    for key, reason in result.get("skipped") or []:
+        lines.append(f"skipped {key}: {reason}")
+    return lines

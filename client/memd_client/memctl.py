@@ -339,6 +339,28 @@ def append_cmd(ctx: click.Context, text: str, workspace: str | None) -> None:
     )
 
 
+@cli.command("promote")
+@_workspace_option()
+@click.option("--apply", is_flag=True, help="Write the candidates to MEMORY.md.")
+@click.option("--explain", metavar="KEY", default=None, help="Show one entry's score breakdown.")
+@click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
+@click.pass_context
+def promote_cmd(
+    ctx: click.Context, workspace: str | None, apply: bool, explain: str | None, as_json: bool
+) -> None:
+    """Rank short-term memories that keep being recalled; --apply promotes them to MEMORY.md.
+
+    Example: memctl promote -w ~/agent --apply
+    """
+    with _client(ctx) as c:
+        result = c.promote(_ref_or_cwd(workspace), apply=apply, explain=explain)
+    if as_json:
+        _print_json(result)
+        return
+    for line in display.promote_lines(result):
+        click.echo(line)
+
+
 @cli.command("reindex")
 @_workspace_option(all_by_default=True)
 @click.option("--force", is_flag=True, help="Rebuild from scratch (safely, in a temporary file).")

@@ -145,6 +145,31 @@ class Methods(ABC):
         params = {"workspace": _workspace(workspace)}
         return self._map("workspace_remove", params, self.timeout)
 
+    def promote(
+        self,
+        workspace: WorkspaceRef,
+        *,
+        apply: bool = False,
+        explain: str | None = None,
+        include_promoted: bool | None = None,
+        limit: int | None = None,
+        min_score: float | None = None,
+        min_recall_count: int | None = None,
+        min_unique_queries: int | None = None,
+    ) -> dict[str, Any]:
+        """Rank the workspace's short-term memories; with ``apply``, write them to MEMORY.md."""
+        params = {
+            "workspace": _workspace(workspace),
+            "apply": apply,
+            "explain": explain,
+            "include_promoted": include_promoted,
+            "limit": limit,
+            "min_score": min_score,
+            "min_recall_count": min_recall_count,
+            "min_unique_queries": min_unique_queries,
+        }
+        return self._map("promote", params, self.timeout)
+
     def workspace_list(self) -> dict[str, Any]:
         """List the registered workspaces."""
         return self._map("workspace_list", {}, self.timeout)

@@ -1,0 +1,96 @@
+"""One promotion run: rank the recall store's entries, and (when asked) write the winners to
+MEMORY.md and mark them promoted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from memd.dreams.promote import apply_promotions
+from memd.dreams.ranking import Candidate, Thresholds, rank, score_entry
+from memd.dreams.recall_store import RecallStore
+
+__all__ = ["run_promotion"]
+
+logger = logging.getLogger(__name__)
+
+
+def _candidate_dict(c: Candidate) -> dict[str, Any]:
+    e = c.entry
+    return {
+        "key": e.key,
+        "path": e.path,
+        "start_line": e.start_line,
+        "end_line": e.end_line,
+        "snippet": e.snippet,
+        "score": round(c.score, 4),
+        "components": {k: round(v, 4) for k, v in c.components.items()},
+        "recall_count": e.recall_count,
+        "signal_count": c.signal_count,
+        "unique_queries": c.unique_queries,
+        "recall_days": list(e.recall_days),
+        "age_days": round(c.age_days, 2),
+        "promoted_at": e.promoted_at,
+    }
+
+
+def run_promotion(
+    root: Path,
+    thresholds: Thresholds,
+    *,
+    apply: bool = False,
+    explain: str | None = None,
+    include_promoted: bool = False,
+    max_chars: int = 10_000,
+    timezone: str = "",
+    clock: Callable[[], datetime] | None = None,
+) -> dict[str, Any]:
+    """Rank (and with ``apply`` promote) the short-term memories of the workspace at ``root``."""
+    now = (clock or (lambda: datetime.now(UTC)))()
+    store = RecallStore(root, timezone=timezone, clock=clock)
+    entries = store.load()
+    result: dict[str, Any] = {"entries": len(entries), "thresholds": vars(thresholds)}
+    if explain is not None:
+        entry = entries.get(explain)
+        if entry is None:
+            result["explain"] = None
+        else:
+            c = score_entry(entry, now)
+            passed = any(
+                x.entry.key == explain
+                for x in rank(
+                    entries.values(),
+                    replace(thresholds, limit=len(entries) or 1),
+                    now,
+                    include_promoted=True,
+                )
+            )
+            result["explain"] = {**_candidate_dict(c), "passes_thresholds": passed}
+    candidates = rank(entries.values(), thresholds, now, include_promoted=include_promoted)
+    result["candidates"] = [_candidate_dict(c) for c in candidates]
+    result["applied"] = []
+    if apply and candidates:
+        tz = ZoneInfo(timezone) if timezone else None
+        day = now.astimezone(tz).date() if tz else now.astimezone().date()
+        outcome = apply_promotions(root, candidates, day=day, max_chars=max_chars)
+        updates = {
+            a.key: {"start_line": a.start_line, "end_line": a.end_line, "snippet": a.text}
+            for a in outcome.applied
+        }
+        updates.update({key: {} for key in outcome.already_present})
+        if updates:
+            store.mark_promoted(updates)
+        result["applied"] = [
+            {"key": a.key, "path": a.path, "start_line": a.start_line, "end_line": a.end_line}
+            for a in outcome.applied
+        ]
+        result["skipped"] = [list(s) for s in outcome.skipped]
+        result["already_present"] = list(outcome.already_present)
+        result["dropped_sections"] = outcome.dropped_sections
+        logger.info("promoted %d memories into %s", len(outcome.applied), outcome.memory_path)
+    return result

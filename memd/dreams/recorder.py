@@ -1,0 +1,91 @@
+"""Records the short-term results of searches off the reply path, coalesced per workspace."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from memd.dreams.recall_store import RecallStore, is_short_term
+
+__all__ = ["RecallRecorder"]
+
+logger = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class RecallRecorder:
+    """A thread that writes recalls to each workspace's recall store.
+
+    A search only puts its results (and its time) on a queue; the thread drains whatever has
+    accumulated and writes it to each workspace's store under the store's lock.
+    """
+
+    def __init__(self, *, timezone: str = "", clock: Callable[[], datetime] | None = None) -> None:
+        self.timezone = timezone
+        self.clock = clock
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=10_000)
+        self._thread = threading.Thread(target=self._run, name="memd-recalls", daemon=True)
+        self._idle = threading.Event()
+        self._idle.set()
+        self.recorded = 0
+        self.dropped = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Write what is queued, then stop."""
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    def submit(self, root: Path, query: str, results: Sequence[Mapping[str, Any]]) -> None:
+        """Queue the results of one search; only dated daily-log results are kept."""
+        short = [dict(r) for r in results if is_short_term(str(r.get("path", "")))]
+        if not short:
+            return
+        when = (
+            self.clock() if self.clock else datetime.now(UTC)
+        )  # the search's time, not the write's
+        try:
+            self._idle.clear()
+            self._queue.put_nowait((root, query, short, when))
+        except queue.Full:
+            self.dropped += 1  # never slow a search down: a lost recall only lowers a count
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Block until everything submitted so far is written (tests, promotion)."""
+        return self._idle.wait(timeout)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch = [item]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stopping = any(i is _STOP for i in batch)
+            for i in batch:
+                if i is _STOP:
+                    continue
+                root, query, results, when = i
+                try:
+                    store = RecallStore(root, timezone=self.timezone, clock=_fixed(when))
+                    self.recorded += store.record(query, results)
+                except Exception as exc:  # a recall store problem never reaches a search
+                    logger.warning("recording recalls in %s failed: %s", root, exc)
+            if self._queue.empty():
+                self._idle.set()
+            if stopping:
+                return
+
+
+def _fixed(when: datetime) -> Callable[[], datetime]:
+    return lambda: when

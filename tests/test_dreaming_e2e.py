@@ -1,0 +1,140 @@
+"""Promotion end to end over the socket: recalls on several days, memctl promote --apply, search."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from click.testing import CliRunner
+
+import memd_client
+from memd.config import Config
+from memd.embed.fake import FakeEmbedder
+from memd_client.memctl import cli as memctl
+
+from .daemon_fixture import running_daemon
+
+
+class Clock:
+    """The daemon's notion of now, moved by the test (recall days, recency, section dates)."""
+
+    def __init__(self, when: datetime) -> None:
+        self.when = when
+
+    def __call__(self) -> datetime:
+        return self.when
+
+
+FACT = "- The VPN gateway password rotates every 90 days; the runbook lives in ops/vpn.md."
+
+
+def test_recalled_daily_line_is_promoted_and_then_found_in_memory_md(tmp_path: Path) -> None:
+    ws = tmp_path / "agent"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Long-Term Memory\n\nWritten by a human.\n")
+    (ws / "memory" / "2026-03-30.md").write_text(f"# 2026-03-30\n\n{FACT}\n")
+    (ws / "memory" / "2026-03-31.md").write_text("# 2026-03-31\n\n- lunch was pizza\n")
+    clock = Clock(datetime(2026, 4, 1, 10, tzinfo=UTC))
+    config = Config.load(timezone="UTC")
+    with running_daemon(config, embedder=FakeEmbedder(), clock=clock) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+            c.workspace_add(str(ws), name="agent")
+            c.reindex("agent")
+            queries = [
+                (1, "vpn gateway password rotation"),
+                (3, "how often does the VPN password rotate"),
+                (5, "where is the vpn runbook"),
+                (7, "vpn gateway policy"),
+                (9, "VPN password rotates every 90 days"),
+            ]
+            for day, query in queries:
+                clock.when = datetime(2026, 4, day, 10, tzinfo=UTC)
+                hits = c.search("agent", query)["results"]
+                assert hits and hits[0]["path"] == "memory/2026-03-30.md", query
+            preview = c.promote("agent")
+            assert [x["path"] for x in preview["candidates"]] == ["memory/2026-03-30.md"]
+            candidate = preview["candidates"][0]
+            assert candidate["recall_count"] == 5 and candidate["unique_queries"] == 5
+            assert candidate["score"] >= 0.75
+            explained = c.promote("agent", explain=candidate["key"])["explain"]
+            assert explained["passes_thresholds"]
+            assert set(explained["components"]) >= {
+                "frequency",
+                "relevance",
+                "diversity",
+                "recency",
+                "consolidation",
+                "conceptual",
+            }
+
+        run = CliRunner().invoke(
+            memctl,
+            ["--socket", str(daemon.socket_path), "promote", "-w", "agent", "--apply", "--json"],
+        )
+        assert run.exit_code == 0, run.output
+        applied = json.loads(run.output)["applied"]
+        assert [a["path"] for a in applied] == ["memory/2026-03-30.md"]
+
+        memory = (ws / "MEMORY.md").read_text()
+        assert memory.startswith("# Long-Term Memory\n\nWritten by a human.\n")
+        assert "## Promoted From Short-Term Memory (2026-04-09)" in memory
+        assert FACT.lstrip("- ") in memory
+        assert memory.count("<!-- memd-promotion:") == 1
+
+        with memd_client.connect(daemon.socket_path) as c:
+            hits = c.search("agent", "VPN gateway password rotation", mode="keyword")["results"]
+            assert "MEMORY.md" in [h["path"] for h in hits]
+            again = c.promote("agent", apply=True)
+            assert again["applied"] == [] and again["candidates"] == []  # promoted once only
+            status = c.status("agent")["workspaces"][0]["dreaming"]
+            assert status["recall_store"]["promoted"] == 1
+        assert (ws / "MEMORY.md").read_text() == memory
+
+
+def test_a_missed_scheduled_run_happens_once_at_the_next_start(tmp_path: Path) -> None:
+    """The daemon was down at 03:00 for days: at start it promotes once, not once per slot."""
+    from memd.dreams.recall_store import RecallStore
+    from memd.dreams.schedule import Schedule
+
+    ws = tmp_path / "agent"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-03-30.md").write_text(f"# 2026-03-30\n\n{FACT}\n")
+    clock = Clock(datetime(2026, 4, 1, 10, tzinfo=UTC))
+    store = RecallStore(ws, timezone="UTC", clock=clock)
+    hit = {"path": "memory/2026-03-30.md", "start_line": 3, "end_line": 3, "score": 0.9}
+    for day in (1, 3, 5, 7, 9):
+        clock.when = datetime(2026, 4, day, 10, tzinfo=UTC)
+        store.record(f"question number {day} about the vpn", [hit])
+    from memd.config import WorkspaceConfig
+
+    config = Config.load(
+        timezone="UTC",
+        dreaming__enabled=True,
+        workspaces=(WorkspaceConfig(path=str(ws), name="agent"),),
+    )
+    state = config.state_dir / "dreaming.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    # memd last ran its schedule three days (three 03:00 slots) ago.
+    Schedule(
+        "0 3 * * *",
+        timezone="UTC",
+        state_path=state,
+        clock=lambda: datetime(2026, 4, 6, 4, tzinfo=UTC),
+    ).mark_ran()
+    with running_daemon(config, embedder=FakeEmbedder(), clock=clock) as daemon:
+        deadline = time.monotonic() + 15  # the main loop checks the schedule right at start
+        while "<!-- memd-promotion:" not in _read(ws / "MEMORY.md") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        text = _read(ws / "MEMORY.md")
+        assert text.count("## Promoted From Short-Term Memory (2026-04-09)") == 1
+        daemon._maybe_promote()  # not due again until the next 03:00
+        assert _read(ws / "MEMORY.md") == text
+        with memd_client.connect(daemon.socket_path) as c:
+            nxt = c.status("agent")["workspaces"][0]["dreaming"]["next_run"]
+        assert nxt == "2026-04-10T03:00:00+00:00"
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
