@@ -25,8 +25,9 @@ from memd.dreams.ranking import MANUAL
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
 from memd.indexer import URGENT, Indexer
+from memd.scopes import Caller, allowed_sources, is_longterm
 from memd.service import MemoryService, Workspace
-from memd_client.errors import BadRequest, Timeout, UnknownWorkspace
+from memd_client.errors import BadRequest, PathRefused, Timeout, UnknownWorkspace
 from memd_client.protocol import PROTOCOL_VERSION
 
 __all__ = ["Api"]
@@ -166,7 +167,7 @@ class Api:
     # -- methods --------------------------------------------------------------------------------
 
     def hello(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params, "client", "protocol")
+        _only(params, "client", "protocol", "agent_id", "session_key", "chat_type", "channel")
         return {
             "protocol": PROTOCOL_VERSION,
             "server": "memd",
@@ -212,7 +213,32 @@ class Api:
             workspaces.append(st)
         return {"daemon": daemon, "workspaces": workspaces}
 
-    def search(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def _sources(self, ws: Workspace, caller: Caller, requested: Any) -> tuple[list[str], bool]:
+        """(the index sources this caller may search here, whether MEMORY.md is excluded)."""
+        if requested is None or requested == "all" or requested == ["all"]:
+            wanted = {"memory", "sessions"}
+        elif isinstance(requested, str) and requested in ("memory", "sessions"):
+            wanted = {requested}
+        elif (
+            isinstance(requested, list)
+            and requested
+            and all(s in ("memory", "sessions", "all") for s in requested)
+        ):
+            wanted = {"memory", "sessions"} if "all" in requested else set(requested)
+        else:
+            raise BadRequest("sources must be 'memory', 'sessions', 'all' or a list of them")
+        allowed = allowed_sources(caller, self.service.config.scopes)
+        sources: list[str] = [s for s in ("memory", "sessions") if s in wanted and s in allowed]
+        if "sessions" in sources and not self._may_see_sessions(ws, caller):
+            sources.remove("sessions")
+        return sources, "longterm" not in allowed
+
+    @staticmethod
+    def _may_see_sessions(ws: Workspace, caller: Caller) -> bool:
+        # Transcripts are returned only to their own agent; an anonymous caller sees none.
+        return bool(caller.agent_id) and caller.agent_id == ws.agent_id
+
+    def search(self, params: Mapping[str, Any], caller: Caller | None = None) -> dict[str, Any]:
         _only(
             params,
             "workspace",
@@ -225,6 +251,7 @@ class Api:
             "mmr",
             "sources",
         )
+        caller = caller or Caller()
         ws = self._ws(params)
         query = _str(params, "query")
         assert query is not None
@@ -234,40 +261,57 @@ class Api:
         if mode is not None and mode not in ("hybrid", "keyword", "vector"):
             raise BadRequest("mode must be hybrid, keyword or vector")
         wait_ms = _int(params, "wait_ms", 0, MAX_WAIT_MS, 0) or 0
-        sources = params.get("sources")
-        if sources is not None and (
-            not isinstance(sources, list) or not all(s in ("memory", "sessions") for s in sources)
-        ):
-            raise BadRequest("sources must be a list of 'memory' and 'sessions'")
+        sources, no_longterm = self._sources(ws, caller, params.get("sources"))
+        max_results = _int(params, "max_results", 1, 100) or self.service.config.search.max_results
         waited = self._wait_fresh(ws, wait_ms) if wait_ms else 0
-        outcome = self.service.search(
-            ws.name,
-            query,
-            max_results=_int(params, "max_results", 1, 100),
-            min_score=_float(params, "min_score", 0.0, 1.0),
-            mode=mode,
-            decay=_bool(params, "decay"),
-            mmr=_bool(params, "mmr"),
-            sources=tuple(sources) if sources else None,
-        )
-        results = [h.to_dict() for h in outcome.results]
+        results: list[dict[str, Any]] = []
+        outcome = None
+        if sources:
+            outcome = self.service.search(
+                ws.name,
+                query,
+                # MEMORY.md hits are dropped below for callers that may not see them: ask for
+                # a few more so the reply still has max_results when it can.
+                max_results=min(100, max_results + (5 if no_longterm else 0)),
+                min_score=_float(params, "min_score", 0.0, 1.0),
+                mode=mode,
+                decay=_bool(params, "decay"),
+                mmr=_bool(params, "mmr"),
+                sources=tuple(sources),
+            )
+            results = [
+                h.to_dict() for h in outcome.results if not (no_longterm and is_longterm(h.path))
+            ][:max_results]
+        memory_hits = [r for r in results if r["source"] == "memory"]
         if self.recorder is not None and self.service.config.dreaming.record_recalls:
-            self.recorder.submit(ws.root, query, results)  # off the reply path
+            self.recorder.submit(ws.root, query, memory_hits)  # off the reply path
         return {
             "results": results,
             "freshness": self.freshness(ws, waited_ms=waited),
-            "provider": outcome.provider,
-            "model": outcome.model,
-            "mode": outcome.mode,
-            "note": outcome.note,
+            "provider": outcome.provider if outcome else "none",
+            "model": outcome.model if outcome else "",
+            "mode": outcome.mode if outcome else (mode or "hybrid"),
+            "note": outcome.note if outcome else "no source this caller may search",
+            "sources": sources,
         }
 
-    def get(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def get(self, params: Mapping[str, Any], caller: Caller | None = None) -> dict[str, Any]:
         _only(params, "workspace", "path", "from", "lines")
+        caller = caller or Caller()
         ws = self._ws(params)
         path = params.get("path")
         if not isinstance(path, str):
             raise BadRequest("path must be a string")
+        allowed = allowed_sources(caller, self.service.config.scopes)
+        if path.strip().startswith("sessions/"):
+            if "sessions" not in allowed or not self._may_see_sessions(ws, caller):
+                raise PathRefused(
+                    "path refused: session transcripts are visible to their own agent only"
+                )
+        elif is_longterm(path.strip()) and "longterm" not in allowed:
+            raise PathRefused("path refused: long-term memory is not available in this chat")
+        elif "memory" not in allowed:
+            raise PathRefused("path refused: memory is not available in this chat")
         result = self.service.get(
             ws.name, path, _int(params, "from", 1, 10**9, 1) or 1, _int(params, "lines", 1, 10_000)
         )
@@ -394,7 +438,7 @@ class Api:
         return {"workspaces": reports}
 
     def workspace_add(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params, "path", "name", "extra_paths")
+        _only(params, "path", "name", "extra_paths", "sessions_dir", "agent_id")
         path = _str(params, "path")
         assert path is not None
         if not os.path.isabs(path):
@@ -402,14 +446,21 @@ class Api:
         extra = params.get("extra_paths") or []
         if not isinstance(extra, list) or not all(isinstance(e, str) for e in extra):
             raise BadRequest("extra_paths must be a list of strings")
+        sessions_dir = _str(params, "sessions_dir", required=False) or ""
+        if sessions_dir and not os.path.isabs(sessions_dir):
+            raise BadRequest("sessions_dir must be absolute")
         ws = self.service.add_workspace(
-            path, name=_str(params, "name", required=False) or "", extra_paths=tuple(extra)
+            path,
+            name=_str(params, "name", required=False) or "",
+            extra_paths=tuple(extra),
+            sessions_dir=sessions_dir,
+            agent_id=_str(params, "agent_id", required=False) or "",
         )
         self._save_registry()
         if self.on_workspace_added:
             self.on_workspace_added(ws)
         self.indexer.request_sync(ws)
-        return {"name": ws.name, "path": str(ws.root), "extra_paths": list(ws.extra_paths)}
+        return _ws_entry(ws)
 
     def workspace_remove(self, params: Mapping[str, Any]) -> dict[str, Any]:
         _only(params, "workspace")
@@ -422,22 +473,26 @@ class Api:
 
     def workspace_list(self, params: Mapping[str, Any]) -> dict[str, Any]:
         _only(params)
-        return {
-            "workspaces": [
-                {"name": ws.name, "path": str(ws.root), "extra_paths": list(ws.extra_paths)}
-                for ws in self.service.workspaces()
-            ]
-        }
+        return {"workspaces": [_ws_entry(ws) for ws in self.service.workspaces()]}
 
     # -- registry -------------------------------------------------------------------------------
 
     def _save_registry(self) -> None:
-        entries = [
-            {"name": ws.name, "path": str(ws.root), "extra_paths": list(ws.extra_paths)}
-            for ws in self.service.workspaces()
-        ]
+        entries = [_ws_entry(ws) for ws in self.service.workspaces()]
         with self._registry_lock:
             save_registry(self.registry, entries)
+
+
+def _ws_entry(ws: Workspace) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "name": ws.name,
+        "path": str(ws.root),
+        "extra_paths": list(ws.extra_paths),
+    }
+    if ws.sessions_dir is not None:
+        entry["sessions_dir"] = str(ws.sessions_dir)
+        entry["agent_id"] = ws.agent_id
+    return entry
 
 
 def load_registry(path: Path) -> list[dict[str, Any]]:
@@ -482,6 +537,8 @@ def _indexed_as_on_disk(store: Any, root: Path, rel: str) -> bool:
         return row is None  # gone from disk: fresh if gone from the index too
     return row is not None and (row.size, row.mtime_ns) == (st.st_size, st.st_mtime_ns)
 
+
+CALLER_METHODS = frozenset({"search", "get"})
 
 METHODS = (
     "hello",

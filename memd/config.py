@@ -21,6 +21,8 @@ from memd_client.paths import Dirs, user_dirs
 
 __all__ = [
     "Config",
+    "ScopeRule",
+    "SessionsConfig",
     "DreamingConfig",
     "EmbeddingConfig",
     "GetConfig",
@@ -52,6 +54,8 @@ class IndexConfig:
     chunk_tokens: int = 400
     chunk_overlap: int = 80
     max_file_bytes: int = 10 * 1024 * 1024
+    # Redact secrets (API keys, tokens, passwords, private keys) before text is indexed.
+    redact: bool = True
     # Load sqlite-vec for KNN; when false (or when it cannot load) vectors are scanned with numpy.
     sqlite_vec: bool = True
 
@@ -182,6 +186,38 @@ class WorkspaceConfig:
     path: str
     name: str = ""
     extra_paths: tuple[str, ...] = ()
+    # A folder of the agent's session transcripts (*.jsonl) to index as source "sessions",
+    # and the agent they belong to (only callers of that agent see them; default: the name).
+    sessions_dir: str = ""
+    agent_id: str = ""
+
+
+@dataclass(frozen=True)
+class SessionsConfig:
+    """When transcripts are reindexed: after this much growth, or once they go quiet."""
+
+    delta_bytes: int = 100_000
+    delta_messages: int = 50
+    idle_seconds: int = 600
+    check_seconds: float = 5.0
+
+    def validate(self) -> None:
+        _check(self.idle_seconds >= 1, "sessions.idle_seconds", "must be at least 1")
+        _check(self.check_seconds > 0, "sessions.check_seconds", "must be positive")
+
+
+@dataclass(frozen=True)
+class ScopeRule:
+    """Which sources a caller may search: the first rule matching the caller decides."""
+
+    action: Literal["allow", "deny"]
+    # Match fields (every one given must match; empty matches anything).
+    chat_type: str = ""
+    channel: str = ""
+    key_prefix: str = ""
+    # What the rule is about: "longterm" (MEMORY.md / memory.md), "memory" (all memory files),
+    # "sessions" (transcripts).
+    sources: tuple[str, ...] = ("longterm", "memory", "sessions")
 
 
 @dataclass(frozen=True)
@@ -194,6 +230,8 @@ class Config:
     watch: WatchConfig = field(default_factory=WatchConfig)
     get: GetConfig = field(default_factory=GetConfig)
     dreaming: DreamingConfig = field(default_factory=DreamingConfig)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    scopes: tuple[ScopeRule, ...] = ()
     workspaces: tuple[WorkspaceConfig, ...] = ()
     # IANA time zone for daily-log dates; empty means the machine's local zone.
     timezone: str = ""
@@ -265,6 +303,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "watch": WatchConfig,
     "get": GetConfig,
     "dreaming": DreamingConfig,
+    "sessions": SessionsConfig,
 }
 _TOP_LEVEL = {"timezone": str}
 
@@ -285,6 +324,8 @@ def _from_mapping(cls: type[Config], data: Mapping[str, Any], prefix: str) -> di
             values[key] = section
         elif key == "workspaces":
             values[key] = _workspaces(raw)
+        elif key == "scopes":
+            values[key] = _scopes(raw)
         elif key in _TOP_LEVEL:
             values[key] = _coerce(key, _TOP_LEVEL[key], raw, from_env=False)
         else:
@@ -308,6 +349,33 @@ def _workspaces(raw: Any) -> tuple[WorkspaceConfig, ...]:
         if "path" not in kwargs:
             raise ConfigError(f"workspaces[{i}].path is required")
         out.append(WorkspaceConfig(**kwargs))
+    return tuple(out)
+
+
+_SOURCE_CLASSES = {"longterm", "memory", "sessions"}
+
+
+def _scopes(raw: Any) -> tuple[ScopeRule, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError("scopes must be an array of tables ([[scopes]])")
+    hints = typing.get_type_hints(ScopeRule)
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"scopes[{i}] must be a table")
+        kwargs = {}
+        for name, value in item.items():
+            if name not in hints:
+                raise ConfigError(f"unknown key scopes[{i}].{name}")
+            kwargs[name] = _coerce(f"scopes[{i}].{name}", hints[name], value, from_env=False)
+        if "action" not in kwargs:
+            raise ConfigError(f"scopes[{i}].action is required (allow or deny)")
+        bad = set(kwargs.get("sources", ())) - _SOURCE_CLASSES
+        if bad:
+            raise ConfigError(
+                f"scopes[{i}].sources: unknown {sorted(bad)} (longterm, memory, sessions)"
+            )
+        out.append(ScopeRule(**kwargs))
     return tuple(out)
 
 
@@ -399,7 +467,7 @@ def _build(values: dict[str, Any], *, dirs: Dirs, source: str) -> Config:
                 raise ConfigError(f"[{key}] must be a table")
             section.validate()
             kwargs[key] = section
-        elif key in ("workspaces", "timezone"):
+        elif key in ("workspaces", "timezone", "scopes"):
             kwargs[key] = value
         else:
             raise ConfigError(f"unknown key {key}")

@@ -125,6 +125,8 @@ class Daemon:
                     entry["path"],
                     name=entry.get("name", ""),
                     extra_paths=tuple(entry.get("extra_paths", ())),
+                    sessions_dir=entry.get("sessions_dir", ""),
+                    agent_id=entry.get("agent_id", ""),
                 )
             except MemdError as exc:
                 logger.warning("registered workspace %s skipped: %s", entry.get("path"), exc)
@@ -173,6 +175,7 @@ class Daemon:
         watchdog_usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
         next_ping = time.monotonic()
         next_dream_check = time.monotonic()
+        next_sessions_check = time.monotonic()
         while not self.should_exit.wait(0.25):
             now = time.monotonic()
             if self.reload_requested.is_set():
@@ -185,6 +188,9 @@ class Daemon:
                 next_reconcile = now + self.config.watch.reconcile_seconds
                 for ws in self.service.workspaces():
                     self.indexer.request_sync(ws, priority=RECONCILE)
+            if now >= next_sessions_check and self.service and self.indexer:
+                next_sessions_check = now + self.config.sessions.check_seconds
+                self._check_sessions()
             if self.schedule is not None and now >= next_dream_check:
                 next_dream_check = now + 30
                 self._maybe_promote()
@@ -290,6 +296,17 @@ class Daemon:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
+
+    def _check_sessions(self) -> None:
+        """Transcripts are not watched event by event: every few seconds a cheap stat pass asks
+        whether one passed its delta (or went quiet) and queues a sync when it did."""
+        assert self.service is not None and self.indexer is not None
+        for ws in self.service.workspaces():
+            try:
+                if ws.syncer.sessions_due():
+                    self.indexer.request_sync(ws, {"sessions/*"})
+            except Exception as exc:
+                logger.warning("checking transcripts of %s failed: %s", ws.name, exc)
 
     def _maybe_promote(self) -> None:
         """The scheduled promotion: once per due slot (a missed slot runs once, at start)."""

@@ -24,8 +24,9 @@ from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
 from memd.index.sync import Progress, Syncer, SyncReport
 from memd.search import SearchOptions, SearchOutcome, search
+from memd.sessions import is_transcript_name, read_jsonl_lines
 from memd.workspace import discover
-from memd_client.errors import BadRequest, UnknownWorkspace
+from memd_client.errors import BadRequest, PathRefused, UnknownWorkspace
 
 __all__ = ["MemoryService", "Workspace"]
 
@@ -42,6 +43,8 @@ class Workspace:
     index: Index
     syncer: Syncer
     last_report: SyncReport | None = None
+    sessions_dir: Path | None = None
+    agent_id: str = ""
 
 
 def _slug(root: Path) -> str:
@@ -68,7 +71,13 @@ class MemoryService:
         self._names: dict[str, Path] = {}
         self._lock = threading.Lock()
         for ws in config.workspaces:
-            self.add_workspace(ws.path, name=ws.name, extra_paths=ws.extra_paths)
+            self.add_workspace(
+                ws.path,
+                name=ws.name,
+                extra_paths=ws.extra_paths,
+                sessions_dir=ws.sessions_dir,
+                agent_id=ws.agent_id,
+            )
 
     @property
     def embedder(self) -> Embedder | None:
@@ -88,9 +97,19 @@ class MemoryService:
     # -- workspaces -----------------------------------------------------------------------------
 
     def add_workspace(
-        self, path: str | Path, *, name: str = "", extra_paths: tuple[str, ...] = ()
+        self,
+        path: str | Path,
+        *,
+        name: str = "",
+        extra_paths: tuple[str, ...] = (),
+        sessions_dir: str = "",
+        agent_id: str = "",
     ) -> Workspace:
-        """Register a workspace directory (idempotent) and open its index."""
+        """Register a workspace directory (idempotent) and open its index.
+
+        ``sessions_dir`` adds the agent's transcripts as a second source; they belong to
+        ``agent_id`` (default: the workspace name).
+        """
         root = Path(path).expanduser()
         if not root.is_dir():
             raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory")
@@ -114,8 +133,18 @@ class MemoryService:
                 cache=self.cache,
                 extra_paths=extra_paths,
                 protect=self.choice.protect,
+                sessions_dir=Path(sessions_dir).expanduser() if sessions_dir else None,
+                sessions=self.config.sessions,
             )
-            ws = Workspace(name, root, extra_paths, index, syncer)
+            ws = Workspace(
+                name,
+                root,
+                extra_paths,
+                index,
+                syncer,
+                sessions_dir=syncer.sessions_dir,
+                agent_id=agent_id or name,
+            )
             self._workspaces[root] = ws
             self._names[name] = root
             logger.info("workspace %s at %s (index %s)", name, root, index.path)
@@ -181,6 +210,8 @@ class MemoryService:
 
     def get(self, ref: str, path: str, from_line: int = 1, lines: int | None = None) -> GetResult:
         ws = self.workspace(ref)
+        if path.strip().startswith("sessions/"):
+            return self._get_transcript(ws, path.strip(), from_line, lines)
         return read_lines(
             ws.root,
             path,
@@ -189,6 +220,23 @@ class MemoryService:
             max_chars=self.config.get.max_chars,
             extra_paths=ws.extra_paths,
         )
+
+    def _get_transcript(
+        self, ws: Workspace, path: str, from_line: int, lines: int | None
+    ) -> GetResult:
+        """Raw JSONL lines of a transcript (search hits on transcripts cite JSONL lines)."""
+        name = path[len("sessions/") :]
+        if ws.sessions_dir is None or "/" in name or not is_transcript_name(name):
+            raise PathRefused(
+                f"path refused: {path!r} is not a session transcript of this workspace"
+            )
+        target = ws.sessions_dir / name
+        if not target.is_file() or target.is_symlink():
+            return GetResult(path, "", from_line, 0, False, None, True)
+        text, count, truncated, next_from = read_jsonl_lines(
+            target, from_line, lines or self.config.get.default_lines, self.config.get.max_chars
+        )
+        return GetResult(path, text, from_line, count, truncated, next_from, False)
 
     def status(self, ref: str) -> dict[str, Any]:
         """Everything a person needs to trust (or distrust) one workspace's index."""
@@ -201,6 +249,8 @@ class MemoryService:
             generation = store.generation()
             vector_store = store.vector_store
             files = store.files()
+            by_source = store.source_counts()
+        files = {p: r for p, r in files.items() if r.source == "memory"}
         on_disk = {f.rel for f in found.files}
         stale = sorted(
             f.rel
@@ -225,6 +275,7 @@ class MemoryService:
             "files_skipped": [{"path": p, "reason": r} for p, r in found.skipped],
             "file_errors": errors,
             "chunks": counts["chunks"],
+            "sources": by_source,
             "vectors": counts["vectors"],
             "vectors_match_chunks": counts["vectors"] == counts["embedded_chunks"],
             "dirty": bool(stale or removed or counts["pending_files"] or state == "mismatched"),

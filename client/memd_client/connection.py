@@ -72,9 +72,16 @@ class Client(Methods):
         timeout: seconds a call may take from sending to the whole reply; None waits forever.
     """
 
-    def __init__(self, path: Path | str | None = None, timeout: float | None = 30.0) -> None:
+    def __init__(
+        self,
+        path: Path | str | None = None,
+        timeout: float | None = 30.0,
+        *,
+        identity: Mapping[str, str] | None = None,
+    ) -> None:
         self.path = Path(path) if path is not None else socket_path()
         self.timeout = timeout
+        self.identity = dict(identity) if identity else None
         self._sock: socket.socket | None = None
         self._unpacker: Any = None
         self._msgid = 0
@@ -307,9 +314,15 @@ class Client(Methods):
         return f"connection to memd failed: {exc.strerror or exc}"
 
 
-def connect(path: Path | str | None = None, timeout: float | None = 30.0) -> Client:
+def connect(
+    path: Path | str | None = None,
+    timeout: float | None = 30.0,
+    *,
+    identity: Mapping[str, str] | None = None,
+) -> Client:
     """Connect to the memd daemon now; raise DaemonNotRunning if it is not running.
 
+    ``identity`` (agent_id, session_key, chat_type, channel) says whom the client speaks for.
     The client is a context manager that closes the socket on exit.
     """
-    return Client(path, timeout).connect()
+    return Client(path, timeout, identity=identity).connect()

@@ -37,6 +37,7 @@ EXIT_NOT_RUNNING = 3
 class _Settings:
     socket: Path | None
     timeout: float
+    identity: dict[str, str] | None = None
 
 
 def _ref(value: str) -> str:
@@ -86,7 +87,7 @@ def _errors(ctx: click.Context) -> Iterator[None]:
 @contextmanager
 def _client(ctx: click.Context) -> Iterator[Client]:
     settings: _Settings = ctx.obj
-    with _errors(ctx), Client(settings.socket, settings.timeout) as c:
+    with _errors(ctx), Client(settings.socket, settings.timeout, identity=settings.identity) as c:
         yield c
 
 
@@ -143,13 +144,32 @@ def _print_json(value: Any) -> None:
     show_default=True,
     help="Seconds to wait for each reply.",
 )
+@click.option(
+    "--agent-id",
+    envvar="MEMD_AGENT_ID",
+    default=None,
+    help="Search as this agent (its session transcripts become visible).",
+)
+@click.option(
+    "--session-key",
+    envvar="MEMD_SESSION_KEY",
+    default=None,
+    help="The caller's session key (agent:<id>:<channel>:<chat type>:...).",
+)
 @click.pass_context
-def cli(ctx: click.Context, socket_path: Path | None, timeout: float) -> None:
+def cli(
+    ctx: click.Context,
+    socket_path: Path | None,
+    timeout: float,
+    agent_id: str | None,
+    session_key: str | None,
+) -> None:
     """memctl: control and query the memd memory daemon.
 
     Example: memctl search "deploy checklist" -w ~/agent
     """
-    ctx.obj = _Settings(socket_path, timeout)
+    identity = {k: v for k, v in (("agent_id", agent_id), ("session_key", session_key)) if v}
+    ctx.obj = _Settings(socket_path, timeout, identity or None)
 
 
 @cli.command("status")
@@ -185,16 +205,34 @@ def workspace_group() -> None:
     type=click.Path(exists=True, path_type=Path),
     help="Another Markdown file or folder to index with it (repeatable).",
 )
+@click.option(
+    "--sessions-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="A folder of the agent's session transcripts (*.jsonl) to index too.",
+)
+@click.option("--agent-id", "owner", default=None, help="The agent the transcripts belong to.")
 @click.pass_context
 def workspace_add_cmd(
-    ctx: click.Context, path: Path, name: str | None, extra: tuple[Path, ...]
+    ctx: click.Context,
+    path: Path,
+    name: str | None,
+    extra: tuple[Path, ...],
+    sessions_dir: Path | None,
+    owner: str | None,
 ) -> None:
     """Register the directory PATH as a workspace.
 
     Example: memctl workspace add ~/agent --name agent --extra ~/notes
     """
     with _client(ctx) as c:
-        result = c.workspace_add(path, name=name, extra_paths=list(extra) or None)
+        result = c.workspace_add(
+            path,
+            name=name,
+            extra_paths=list(extra) or None,
+            sessions_dir=sessions_dir,
+            agent_id=owner,
+        )
     click.echo(f"Added {result.get('name')}: {result.get('path')}")
     for p in result.get("extra_paths") or []:
         click.echo(f"  + {p}")
@@ -256,6 +294,12 @@ def workspace_list_cmd(ctx: click.Context, as_json: bool) -> None:
     default=None,
     help="Wait up to this long for pending edits to be indexed first.",
 )
+@click.option(
+    "--sources",
+    type=click.Choice(["memory", "sessions", "all"]),
+    default=None,
+    help="Which sources to search (default: all this caller may see).",
+)
 @_json_option
 @click.pass_context
 def search_cmd(
@@ -266,6 +310,7 @@ def search_cmd(
     min_score: float | None,
     mode: str | None,
     wait_ms: int | None,
+    sources: str | None,
     as_json: bool,
 ) -> None:
     """Search a workspace's memory for QUERY.
@@ -275,7 +320,13 @@ def search_cmd(
     ref = _ref_or_cwd(workspace)
     with _client(ctx) as c:
         result = c.search(
-            ref, query, max_results=max_results, min_score=min_score, mode=mode, wait_ms=wait_ms
+            ref,
+            query,
+            max_results=max_results,
+            min_score=min_score,
+            mode=mode,
+            wait_ms=wait_ms,
+            sources=sources,
         )
     if as_json:
         keys = ("results", "freshness", "provider", "model", "mode", "note")

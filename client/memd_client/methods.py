@@ -28,6 +28,9 @@ class Methods(ABC):
     """One typed wrapper per daemon method over a single ``_map`` primitive."""
 
     timeout: float | None
+    # Who this client speaks for (agent_id, session_key, chat_type, channel); sent with every
+    # search and get, so transcript hits and scope rules apply to it.
+    identity: Mapping[str, str] | None = None
 
     @abstractmethod
     def _map(self, method: str, params: dict[str, Any], timeout: float | None) -> dict[str, Any]:
@@ -35,7 +38,8 @@ class Methods(ABC):
 
     def hello(self, client: str | None = None, protocol: int = PROTOCOL_VERSION) -> dict[str, Any]:
         """Introduce this client; the result names the protocol, server version and methods."""
-        return self._map("hello", {"client": client, "protocol": protocol}, self.timeout)
+        params: dict[str, Any] = {"client": client, "protocol": protocol, **(self.identity or {})}
+        return self._map("hello", params, self.timeout)
 
     def status(self, workspace: WorkspaceRef | None = None) -> dict[str, Any]:
         """Report the daemon and every workspace (or only ``workspace``)."""
@@ -53,8 +57,10 @@ class Methods(ABC):
         wait_ms: int | None = None,
         decay: bool | None = None,
         mmr: bool | None = None,
+        sources: str | Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Search a workspace's memory; ``mode`` is "hybrid", "keyword" or "vector".
+        """Search a workspace's memory; ``mode`` is "hybrid", "keyword" or "vector";
+        ``sources`` is "memory", "sessions" or "all" (default: all this client may see).
 
         Args:
             wait_ms: how long the daemon may wait for pending edits to be indexed first; the
@@ -69,6 +75,8 @@ class Methods(ABC):
             "wait_ms": wait_ms,
             "decay": decay,
             "mmr": mmr,
+            "sources": [sources] if isinstance(sources, str) else sources,
+            "caller": dict(self.identity) if self.identity else None,
         }
         timeout = self.timeout
         if timeout is not None and wait_ms:
@@ -89,6 +97,7 @@ class Methods(ABC):
             "path": path,
             "from": from_line,
             "lines": lines,
+            "caller": dict(self.identity) if self.identity else None,
         }
         return self._map("get", params, self.timeout)
 
@@ -131,12 +140,17 @@ class Methods(ABC):
         *,
         name: str | None = None,
         extra_paths: Sequence[str | os.PathLike[str]] | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+        agent_id: str | None = None,
     ) -> dict[str, Any]:
-        """Register the directory ``path`` (made absolute here) as a workspace."""
+        """Register the directory ``path`` (made absolute here) as a workspace; ``sessions_dir``
+        adds the transcripts of agent ``agent_id`` as a second source."""
         params = {
             "path": _absolute(path),
             "name": name,
             "extra_paths": None if extra_paths is None else [_absolute(p) for p in extra_paths],
+            "sessions_dir": None if sessions_dir is None else _absolute(sessions_dir),
+            "agent_id": agent_id,
         }
         return self._map("workspace_add", params, self.timeout)
 

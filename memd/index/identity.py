@@ -27,6 +27,7 @@ _ORDER = (
     "chunk_tokens",
     "chunk_overlap",
     "max_tokens",
+    "redact",
 )
 
 
@@ -42,6 +43,8 @@ class Identity:
     chunk_tokens: int
     chunk_overlap: int
     max_tokens: int
+    # Whether secrets were redacted from the indexed text (a change means other chunk text).
+    redact: bool = True
     chunker: int = CHUNKER_VERSION
     fts: str = FTS_TOKENIZER
     schema: int = SCHEMA_VERSION

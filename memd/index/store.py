@@ -442,6 +442,19 @@ class Store:
             "pending_files": pending,
         }
 
+    def source_counts(self) -> dict[str, dict[str, int]]:
+        """Files and chunks per source ("memory", "sessions")."""
+        out: dict[str, dict[str, int]] = {}
+        for source, files in self.conn.execute(
+            "SELECT source, count(*) FROM files GROUP BY source"
+        ):
+            out[str(source)] = {"files": int(files), "chunks": 0}
+        for source, chunks in self.conn.execute(
+            "SELECT source, count(*) FROM chunks GROUP BY source"
+        ):
+            out.setdefault(str(source), {"files": 0, "chunks": 0})["chunks"] = int(chunks)
+        return out
+
     def table_exists(self, name: str) -> bool:
         row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
         return row is not None

@@ -20,15 +20,17 @@ from pathlib import Path
 
 import apsw
 
-from memd.config import IndexConfig
+from memd.config import IndexConfig, SessionsConfig
 from memd.embed.base import Embedder, Vectors
 from memd.index.cache import EmbeddingCache
 from memd.index.chunk import chunk_text
 from memd.index.db import atomic, translate_errors
 from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
-from memd.index.store import NewChunk, Store, VectorStore
-from memd.workspace import SourceFile, discover
+from memd.index.store import FileRow, NewChunk, Store, VectorStore
+from memd.redact import redact
+from memd.sessions.transcript import list_transcripts, map_lines, render
+from memd.workspace import discover
 
 __all__ = ["Progress", "SyncReport", "Syncer"]
 
@@ -72,6 +74,8 @@ class Syncer:
         cache: EmbeddingCache | None = None,
         extra_paths: tuple[str, ...] = (),
         protect: bool = False,
+        sessions_dir: Path | None = None,
+        sessions: SessionsConfig | None = None,
     ) -> None:
         self.index = index
         self.root = root
@@ -79,6 +83,8 @@ class Syncer:
         self.embedder = embedder
         self.cache = cache
         self.extra_paths = extra_paths
+        self.sessions_dir = sessions_dir
+        self.sessions = sessions or SessionsConfig()
         # True when the embedder is None because a provider is unavailable (not by choice):
         # then an index with vectors is kept as it is instead of being rebuilt keyword-only.
         self.protect = protect
@@ -98,10 +104,20 @@ class Syncer:
         e = self.embedder
         tokens, overlap = self.config.chunk_tokens, self.config.chunk_overlap
         if e is None:
-            return Identity("none", KEYWORD_ONLY_MODEL, "", 0, "none", tokens, overlap, 0)
+            return Identity(
+                "none", KEYWORD_ONLY_MODEL, "", 0, "none", tokens, overlap, 0, self.config.redact
+            )
         store: VectorStore = "vec0" if self.index.vec.available else "plain"
         return Identity(
-            e.provider, e.model, e.settings_key, e.dims, store, tokens, overlap, e.max_tokens
+            e.provider,
+            e.model,
+            e.settings_key,
+            e.dims,
+            store,
+            tokens,
+            overlap,
+            e.max_tokens,
+            self.config.redact,
         )
 
     def state(self) -> tuple[str, str | None]:
@@ -275,8 +291,22 @@ class Syncer:
                         store.touch_file(f.rel, f.mtime_ns, f.size)
                 report.unchanged += 1
                 continue
-            self._index_file(
-                store, f, data.decode("utf-8", "replace"), file_hash, model, report, same_vectors
+            text = data.decode("utf-8", "replace")
+            if self.config.redact:
+                text = redact(text)  # the index holds redacted text; the file is untouched
+            entry = _Entry(
+                f.rel,
+                "memory",
+                f.kind,
+                f.day.isoformat() if f.day else None,
+                f.mtime_ns,
+                f.size,
+                file_hash,
+            )
+            self._index_file(store, entry, text, model, report, same_vectors)
+        if self.sessions_dir is not None:
+            self._reconcile_sessions(
+                store, report, stored, fresh=fresh, model=model, same_vectors=same_vectors
             )
         if found.complete:
             present = {f.rel for f in found.files}
@@ -290,9 +320,8 @@ class Syncer:
     def _index_file(
         self,
         store: Store,
-        f: SourceFile,
+        entry: _Entry,
         text: str,
-        file_hash: str,
         model: str,
         report: SyncReport,
         same_vectors: bool,
@@ -309,24 +338,121 @@ class Syncer:
         if e is not None and self.cache is not None and same_vectors:
             cached = self.cache.get_many(e.settings_key, (c.hash for c in chunks), e.dims)
             report.cache_hits += sum(1 for c in chunks if c.hash in cached)
-        rows = [
-            NewChunk(c.start_line, c.end_line, c.text, c.hash, cached.get(c.hash)) for c in chunks
-        ]
+        rows = []
+        for c in chunks:
+            start, end = c.start_line, c.end_line
+            if entry.line_map is not None:  # rendered transcript lines -> JSONL line numbers
+                start, end = map_lines(entry.line_map, start, end)
+            rows.append(NewChunk(start, end, c.text, c.hash, cached.get(c.hash)))
         with atomic(store.conn):
             store.replace_file(
-                path=f.rel,
-                source="memory",
-                kind=f.kind,
-                day=f.day.isoformat() if f.day else None,
-                file_hash=file_hash,
-                mtime_ns=f.mtime_ns,
-                size=f.size,
+                path=entry.rel,
+                source=entry.source,
+                kind=entry.kind,
+                day=entry.day,
+                file_hash=entry.file_hash,
+                mtime_ns=entry.mtime_ns,
+                size=entry.size,
                 model=model,
                 chunks=rows,
             )
             store.bump_generation()
         report.indexed += 1
         report.chunks_written += len(rows)
+
+    def _reconcile_sessions(
+        self,
+        store: Store,
+        report: SyncReport,
+        stored: dict[str, FileRow],
+        *,
+        fresh: bool,
+        model: str,
+        same_vectors: bool,
+    ) -> None:
+        """Index transcripts that are new, rewritten, grew past the delta, or went quiet."""
+        assert self.sessions_dir is not None
+        files, complete = list_transcripts(self.sessions_dir)
+        present = set()
+        redact_fn = redact if self.config.redact else None
+        for t in files:
+            rel = f"sessions/{t.name}"
+            present.add(rel)
+            row = stored.get(rel)
+            if row and (row.size, row.mtime_ns) == (t.size, t.mtime_ns):
+                report.unchanged += 1
+                continue
+            if row and not fresh and not self._session_due(t.abs, row.size, t.mtime_ns):
+                continue  # grew, but not enough yet: indexed when it passes the delta or rests
+            try:
+                rendered = render(t.abs.read_bytes(), redact=redact_fn)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                report.errors.append((rel, f"cannot read: {exc.strerror or exc}"))
+                continue
+            if row and row.hash == rendered.hash:
+                with atomic(store.conn):
+                    store.touch_file(rel, t.mtime_ns, t.size)
+                report.unchanged += 1
+                continue
+            entry = _Entry(
+                rel,
+                "sessions",
+                "session",
+                None,
+                t.mtime_ns,
+                t.size,
+                rendered.hash,
+                rendered.line_map,
+            )
+            self._index_file(store, entry, rendered.text, model, report, same_vectors)
+        if complete:
+            gone = [p for p, r in stored.items() if p not in present and r.source == "sessions"]
+            for path in gone:
+                with atomic(store.conn):
+                    store.delete_file(path)
+                    store.bump_generation()
+                report.removed += 1
+
+    def _session_due(self, path: Path, indexed_size: int, mtime_ns: int) -> bool:
+        limits = self.sessions
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return True
+        if size < indexed_size:
+            return True  # truncated or rewritten
+        if time.time() - mtime_ns / 1e9 >= limits.idle_seconds:
+            return True  # the conversation went quiet: index its tail
+        grown = size - indexed_size
+        if limits.delta_bytes <= 0 or grown >= limits.delta_bytes:
+            return True
+        if limits.delta_messages <= 0:
+            return grown > 0
+        with open(path, "rb") as f:
+            f.seek(indexed_size)
+            return f.read(grown).count(b"\n") >= limits.delta_messages
+
+    def sessions_due(self) -> bool:
+        """Whether some transcript should be reindexed now (checked cheaply every few seconds)."""
+        if self.sessions_dir is None:
+            return False
+        files, _ = list_transcripts(self.sessions_dir)
+        with self.index.reader() as store:
+            rows = {p: r for p, r in store.files().items() if r.source == "sessions"}
+        names = {f"sessions/{t.name}" for t in files}
+        if set(rows) - names:
+            return True  # a transcript was deleted
+        for t in files:
+            row = rows.get(f"sessions/{t.name}")
+            if row is None:
+                return True
+            if (row.size, row.mtime_ns) != (t.size, t.mtime_ns) and self._session_due(
+                t.abs, row.size, t.mtime_ns
+            ):
+                return True
+        return False
 
     def backing_off(self) -> bool:
         """True while embedding waits after a failure."""
@@ -402,6 +528,20 @@ class Syncer:
             by_hash.update(fresh)
             report.embedded += len(batch)
         return {chunk_id: by_hash[h] for chunk_id, h, _ in todo}
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One file to index, whatever its source."""
+
+    rel: str
+    source: str
+    kind: str
+    day: str | None
+    mtime_ns: int
+    size: int
+    file_hash: str
+    line_map: list[int] | None = None
 
 
 class _RebuildAborted(Exception):

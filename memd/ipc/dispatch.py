@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-from memd.api import METHODS, Api
-from memd_client.errors import Code, MemdError, UnknownMethod, to_wire
+from memd.api import CALLER_METHODS, METHODS, Api
+from memd.scopes import Caller
+from memd_client.errors import BadRequest, Code, MemdError, UnknownMethod, to_wire
 from memd_client.protocol import RESPONSE, Request
 
 __all__ = ["Dispatcher"]
@@ -20,15 +21,26 @@ class Dispatcher:
 
     def __init__(self, api: Api) -> None:
         self.api = api
-        self._table: dict[str, Callable[[Mapping[str, Any]], Any]] = {
-            name: getattr(api, name) for name in METHODS
-        }
+        self._table: dict[str, Callable[..., Any]] = {name: getattr(api, name) for name in METHODS}
 
-    def __call__(self, request: Request) -> list[Any]:
+    def __call__(self, request: Request, state: dict[str, Any] | None = None) -> list[Any]:
         handler = self._table.get(request.method)
+        state = {} if state is None else state
         try:
             if handler is None:
                 raise UnknownMethod(f"unknown method {request.method!r}")
+            if request.method == "hello":
+                # The identity a connection declares holds for its later requests.
+                state["caller"] = Caller.from_params(request.params)
+            if request.method in CALLER_METHODS:
+                caller = state.get("caller") or Caller()
+                override = request.params.get("caller")
+                if override is not None:
+                    if not isinstance(override, dict):
+                        raise BadRequest("caller must be a map of agent_id, session_key, ...")
+                    caller = caller.merged(Caller.from_params(override))
+                params = {k: v for k, v in request.params.items() if k != "caller"}
+                return [RESPONSE, request.msgid, None, handler(params, caller)]
             return [RESPONSE, request.msgid, None, handler(request.params)]
         except MemdError as exc:
             return [RESPONSE, request.msgid, to_wire(exc), None]

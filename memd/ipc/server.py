@@ -82,7 +82,7 @@ class Server:
     def __init__(
         self,
         path: Path,
-        handle: Callable[[Request], list[Any]],
+        handle: Callable[[Request, dict[str, Any]], list[Any]],
         *,
         max_connections: int = 256,
         frame_timeout: float = 10.0,
@@ -228,6 +228,7 @@ class Server:
     def _conversation(self, conn: socket.socket) -> None:
         conn.settimeout(0.5)
         unpacker = make_unpacker(MAX_REQUEST_BYTES)
+        state: dict[str, Any] = {}  # what this connection told us about itself (hello)
         fed = 0
         complete = 0  # stream offset where the last whole message ended
         partial_since: float | None = None
@@ -253,7 +254,7 @@ class Server:
                     message = parse(obj)
                     if isinstance(message, Request):
                         conn.settimeout(None)
-                        conn.sendall(self._respond(message))
+                        conn.sendall(self._respond(message, state))
                         conn.settimeout(0.5)
                     elif isinstance(message, Notification):
                         continue  # none are defined yet; ignored as msgpack-RPC allows
@@ -276,8 +277,8 @@ class Server:
                 partial_since = None
         return None
 
-    def _respond(self, request: Request) -> bytes:
-        response = self.handle(request)
+    def _respond(self, request: Request, state: dict[str, Any]) -> bytes:
+        response = self.handle(request, state)
         try:
             return pack(response)
         except (TypeError, ValueError, OverflowError) as exc:

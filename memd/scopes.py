@@ -1,0 +1,83 @@
+"""Who is asking (caller identity) and which sources they may search (scope rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memd.config import ScopeRule
+from memd_client.errors import BadRequest
+
+__all__ = ["SOURCE_CLASSES", "Caller", "allowed_sources", "is_longterm"]
+
+SOURCE_CLASSES = ("longterm", "memory", "sessions")
+_FIELDS = ("agent_id", "session_key", "chat_type", "channel")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """What a connection says about itself; every field may be empty (an anonymous caller)."""
+
+    agent_id: str = ""
+    session_key: str = ""
+    chat_type: str = ""
+    channel: str = ""
+
+    @classmethod
+    def from_params(cls, raw: Mapping[str, Any] | None) -> Caller:
+        """Read identity fields; a session key ``agent:<id>:<channel>:<chat type>:…`` fills
+        the ones not given (``dm`` means a direct chat)."""
+        if not raw:
+            return cls()
+        values: dict[str, str] = {}
+        for name in _FIELDS:
+            value = raw.get(name)
+            if value is None:
+                continue
+            if not isinstance(value, str) or len(value) > 512:
+                raise BadRequest(f"{name} must be a string of at most 512 characters")
+            values[name] = value
+        parts = values.get("session_key", "").split(":")
+        if len(parts) >= 2 and parts[0] == "agent":
+            values.setdefault("agent_id", parts[1])
+            if len(parts) >= 3:
+                values.setdefault("channel", parts[2])
+            if len(parts) >= 4:
+                values.setdefault("chat_type", "direct" if parts[3] == "dm" else parts[3])
+        return cls(**values)
+
+    def merged(self, override: Caller) -> Caller:
+        """This identity with the fields ``override`` sets replacing ours."""
+        return Caller(**{f: getattr(override, f) or getattr(self, f) for f in _FIELDS})
+
+    def to_dict(self) -> dict[str, str]:
+        return {f: getattr(self, f) for f in _FIELDS}
+
+
+def _matches(rule: ScopeRule, caller: Caller) -> bool:
+    if rule.chat_type and rule.chat_type != caller.chat_type:
+        return False
+    if rule.channel and rule.channel != caller.channel:
+        return False
+    return not (rule.key_prefix and not caller.session_key.startswith(rule.key_prefix))
+
+
+def allowed_sources(caller: Caller, rules: Sequence[ScopeRule]) -> set[str]:
+    """The source classes ``caller`` may search: for each class, the first rule that matches the
+    caller and names the class decides; with no such rule the class is allowed."""
+    allowed = set()
+    for source in SOURCE_CLASSES:
+        decision = "allow"
+        for rule in rules:
+            if source in rule.sources and _matches(rule, caller):
+                decision = rule.action
+                break
+        if decision == "allow":
+            allowed.add(source)
+    return allowed
+
+
+def is_longterm(path: str) -> bool:
+    """MEMORY.md and its legacy spelling: the curated long-term memory."""
+    return path in ("MEMORY.md", "memory.md")

@@ -1,0 +1,91 @@
+"""Transcripts in the syncer: when a grown transcript is reindexed, and how it is stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from memd.config import Config, SessionsConfig
+from memd.index.index import Index
+from memd.index.sync import Syncer
+
+
+def msg(text: str) -> str:
+    return json.dumps({"type": "message", "message": {"role": "user", "content": text}}) + "\n"
+
+
+@pytest.fixture
+def setup(tmp_path: Path, config: Config, index: Index, workspace: Path) -> tuple[Syncer, Path]:
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    (sessions / "s1.jsonl").write_text(msg("hello there") + "{broken\n" + msg("the cat is Tom"))
+    syncer = Syncer(
+        index,
+        workspace,
+        config=config.index,
+        sessions_dir=sessions,
+        sessions=SessionsConfig(delta_bytes=2000, delta_messages=3, idle_seconds=60),
+    )
+    syncer.sync()
+    return syncer, sessions / "s1.jsonl"
+
+
+def rows(syncer: Syncer) -> list[tuple[str, int, int, str, bool, bool, str]]:
+    with syncer.index.reader() as store:
+        return [r for r in store.dump() if r[0].startswith("sessions/")]
+
+
+def test_rendered_chunks_cite_jsonl_lines(setup: tuple[Syncer, Path]) -> None:
+    syncer, _ = setup
+    assert [(r[0], r[1], r[2]) for r in rows(syncer)] == [("sessions/s1.jsonl", 1, 3)]
+    with syncer.index.reader() as store:
+        assert store.file("sessions/s1.jsonl").source == "sessions"  # type: ignore[union-attr]
+
+
+def test_growth_below_the_delta_waits(setup: tuple[Syncer, Path]) -> None:
+    syncer, path = setup
+    with path.open("a") as f:
+        f.write(msg("one") + msg("two"))
+    assert not syncer.sessions_due()
+    syncer.sync()
+    with syncer.index.reader() as store:
+        assert not store.keyword_candidates('"two"', None, 5)
+    with path.open("a") as f:
+        f.write(msg("three"))  # the third new message reaches the delta
+    assert syncer.sessions_due()
+    syncer.sync()
+    with syncer.index.reader() as store:
+        assert store.keyword_candidates('"three"', None, 5)
+    assert rows(syncer)[-1][2] == 6
+
+
+def test_bytes_delta_truncation_and_quiet_transcripts(setup: tuple[Syncer, Path]) -> None:
+    syncer, path = setup
+    with path.open("a") as f:
+        f.write(msg("x" * 2500))  # one long message passes the byte delta
+    assert syncer.sessions_due()
+    syncer.sync()
+    path.write_text(msg("rewritten from scratch"))  # smaller than indexed: always reindexed
+    assert syncer.sessions_due()
+    syncer.sync()
+    with path.open("a") as f:
+        f.write(msg("a last word"))
+    assert not syncer.sessions_due()
+    old = time.time() - 120  # quiet for longer than idle_seconds: its tail is indexed
+    os.utime(path, (old, old))
+    assert syncer.sessions_due()
+    syncer.sync()
+    with syncer.index.reader() as store:
+        assert store.keyword_candidates('"last"', None, 5)
+
+
+def test_deleted_transcript_is_pruned(setup: tuple[Syncer, Path]) -> None:
+    syncer, path = setup
+    path.unlink()
+    assert syncer.sessions_due()
+    report = syncer.sync()
+    assert report.removed == 1 and rows(syncer) == []
