@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import apsw
@@ -27,9 +26,11 @@ from memd.index.chunk import chunk_text
 from memd.index.db import atomic, translate_errors
 from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
-from memd.index.store import FileRow, NewChunk, Store, VectorStore
+from memd.index.report import IndexEntry, SyncReport
+from memd.index.store import NewChunk, Store, VectorStore
+from memd.index.transcripts import TranscriptSync
 from memd.redact import redact
-from memd.sessions.transcript import list_transcripts, map_lines, render
+from memd.sessions.transcript import map_lines
 from memd.workspace import discover
 
 __all__ = ["Progress", "SyncReport", "Syncer"]
@@ -42,26 +43,7 @@ Progress = Callable[[str, int, int], None]
 RACY_NS = 2_000_000_000
 
 
-@dataclass
-class SyncReport:
-    """What one sync did."""
-
-    scanned: int = 0
-    indexed: int = 0
-    unchanged: int = 0
-    removed: int = 0
-    chunks_written: int = 0
-    embedded: int = 0
-    cache_hits: int = 0
-    pending_files: int = 0
-    rebuilt: bool = False
-    reason: str | None = None
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    errors: list[tuple[str, str]] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-class Syncer:
+class Syncer(TranscriptSync):
     """Indexes one workspace with one embedder (or none). Not thread-safe: one writer only."""
 
     def __init__(
@@ -294,7 +276,7 @@ class Syncer:
             text = data.decode("utf-8", "replace")
             if self.config.redact:
                 text = redact(text)  # the index holds redacted text; the file is untouched
-            entry = _Entry(
+            entry = IndexEntry(
                 f.rel,
                 "memory",
                 f.kind,
@@ -320,7 +302,7 @@ class Syncer:
     def _index_file(
         self,
         store: Store,
-        entry: _Entry,
+        entry: IndexEntry,
         text: str,
         model: str,
         report: SyncReport,
@@ -359,100 +341,6 @@ class Syncer:
             store.bump_generation()
         report.indexed += 1
         report.chunks_written += len(rows)
-
-    def _reconcile_sessions(
-        self,
-        store: Store,
-        report: SyncReport,
-        stored: dict[str, FileRow],
-        *,
-        fresh: bool,
-        model: str,
-        same_vectors: bool,
-    ) -> None:
-        """Index transcripts that are new, rewritten, grew past the delta, or went quiet."""
-        assert self.sessions_dir is not None
-        files, complete = list_transcripts(self.sessions_dir)
-        present = set()
-        redact_fn = redact if self.config.redact else None
-        for t in files:
-            rel = f"sessions/{t.name}"
-            present.add(rel)
-            row = stored.get(rel)
-            if row and (row.size, row.mtime_ns) == (t.size, t.mtime_ns):
-                report.unchanged += 1
-                continue
-            if row and not fresh and not self._session_due(t.abs, row.size, t.mtime_ns):
-                continue  # grew, but not enough yet: indexed when it passes the delta or rests
-            try:
-                rendered = render(t.abs.read_bytes(), redact=redact_fn)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                report.errors.append((rel, f"cannot read: {exc.strerror or exc}"))
-                continue
-            if row and row.hash == rendered.hash:
-                with atomic(store.conn):
-                    store.touch_file(rel, t.mtime_ns, t.size)
-                report.unchanged += 1
-                continue
-            entry = _Entry(
-                rel,
-                "sessions",
-                "session",
-                None,
-                t.mtime_ns,
-                t.size,
-                rendered.hash,
-                rendered.line_map,
-            )
-            self._index_file(store, entry, rendered.text, model, report, same_vectors)
-        if complete:
-            gone = [p for p, r in stored.items() if p not in present and r.source == "sessions"]
-            for path in gone:
-                with atomic(store.conn):
-                    store.delete_file(path)
-                    store.bump_generation()
-                report.removed += 1
-
-    def _session_due(self, path: Path, indexed_size: int, mtime_ns: int) -> bool:
-        limits = self.sessions
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return True
-        if size < indexed_size:
-            return True  # truncated or rewritten
-        if time.time() - mtime_ns / 1e9 >= limits.idle_seconds:
-            return True  # the conversation went quiet: index its tail
-        grown = size - indexed_size
-        if limits.delta_bytes <= 0 or grown >= limits.delta_bytes:
-            return True
-        if limits.delta_messages <= 0:
-            return grown > 0
-        with open(path, "rb") as f:
-            f.seek(indexed_size)
-            return f.read(grown).count(b"\n") >= limits.delta_messages
-
-    def sessions_due(self) -> bool:
-        """Whether some transcript should be reindexed now (checked cheaply every few seconds)."""
-        if self.sessions_dir is None:
-            return False
-        files, _ = list_transcripts(self.sessions_dir)
-        with self.index.reader() as store:
-            rows = {p: r for p, r in store.files().items() if r.source == "sessions"}
-        names = {f"sessions/{t.name}" for t in files}
-        if set(rows) - names:
-            return True  # a transcript was deleted
-        for t in files:
-            row = rows.get(f"sessions/{t.name}")
-            if row is None:
-                return True
-            if (row.size, row.mtime_ns) != (t.size, t.mtime_ns) and self._session_due(
-                t.abs, row.size, t.mtime_ns
-            ):
-                return True
-        return False
 
     def backing_off(self) -> bool:
         """True while embedding waits after a failure."""
@@ -528,20 +416,6 @@ class Syncer:
             by_hash.update(fresh)
             report.embedded += len(batch)
         return {chunk_id: by_hash[h] for chunk_id, h, _ in todo}
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """One file to index, whatever its source."""
-
-    rel: str
-    source: str
-    kind: str
-    day: str | None
-    mtime_ns: int
-    size: int
-    file_hash: str
-    line_map: list[int] | None = None
 
 
 class _RebuildAborted(Exception):
