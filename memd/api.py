@@ -7,7 +7,6 @@ methods never see a socket or msgpack.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import threading
 import time
@@ -25,62 +24,16 @@ from memd.dreams.ranking import MANUAL
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
 from memd.indexer import URGENT, Indexer
+from memd.params import bool_param, float_param, int_param, only, str_param
+from memd.registry import save_registry
 from memd.scopes import Caller, allowed_sources, is_longterm
 from memd.service import MemoryService, Workspace
-from memd_client.errors import BadRequest, PathRefused, Timeout, UnknownWorkspace
+from memd_client.errors import BadRequest, PathRefused, Timeout
 from memd_client.protocol import PROTOCOL_VERSION
 
 __all__ = ["Api"]
 
 MAX_WAIT_MS = 60_000
-
-
-def _str(
-    params: Mapping[str, Any], name: str, *, required: bool = True, default: str | None = None
-) -> str | None:
-    value = params.get(name, default)
-    if value is None:
-        if required:
-            raise BadRequest(f"{name} is required")
-        return None
-    if not isinstance(value, str):
-        raise BadRequest(f"{name} must be a string")
-    return value
-
-
-def _int(
-    params: Mapping[str, Any], name: str, lo: int, hi: int, default: int | None = None
-) -> int | None:
-    value = params.get(name, default)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
-        raise BadRequest(f"{name} must be a whole number from {lo} to {hi}")
-    return value
-
-
-def _float(params: Mapping[str, Any], name: str, lo: float, hi: float) -> float | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not lo <= value <= hi:
-        raise BadRequest(f"{name} must be a number from {lo} to {hi}")
-    return float(value)
-
-
-def _bool(params: Mapping[str, Any], name: str) -> bool | None:
-    value = params.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise BadRequest(f"{name} must be true or false")
-    return value
-
-
-def _only(params: Mapping[str, Any], *names: str) -> None:
-    unknown = sorted(set(params) - set(names))
-    if unknown:
-        raise BadRequest(f"unknown parameter(s): {', '.join(unknown)}")
 
 
 class Api:
@@ -120,14 +73,9 @@ class Api:
     # -- helpers --------------------------------------------------------------------------------
 
     def _ws(self, params: Mapping[str, Any]) -> Workspace:
-        ref = _str(params, "workspace")
+        ref = str_param(params, "workspace")
         assert ref is not None
-        try:
-            return self.service.workspace(ref)
-        except UnknownWorkspace:
-            raise
-        except BadRequest:
-            raise
+        return self.service.workspace(ref)
 
     def freshness(self, ws: Workspace, *, waited_ms: int = 0) -> dict[str, Any]:
         with ws.index.reader() as store:
@@ -167,7 +115,7 @@ class Api:
     # -- methods --------------------------------------------------------------------------------
 
     def hello(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params, "client", "protocol", "agent_id", "session_key", "chat_type", "channel")
+        only(params, "client", "protocol", "agent_id", "session_key", "chat_type", "channel")
         return {
             "protocol": PROTOCOL_VERSION,
             "server": "memd",
@@ -177,7 +125,7 @@ class Api:
         }
 
     def status(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params, "workspace")
+        only(params, "workspace")
         targets = (
             [self._ws(params)] if params.get("workspace") is not None else self.service.workspaces()
         )
@@ -239,7 +187,7 @@ class Api:
         return bool(caller.agent_id) and caller.agent_id == ws.agent_id
 
     def search(self, params: Mapping[str, Any], caller: Caller | None = None) -> dict[str, Any]:
-        _only(
+        only(
             params,
             "workspace",
             "query",
@@ -253,16 +201,18 @@ class Api:
         )
         caller = caller or Caller()
         ws = self._ws(params)
-        query = _str(params, "query")
+        query = str_param(params, "query")
         assert query is not None
         if len(query) > 4096:
             raise BadRequest("query is longer than 4096 characters")
-        mode = _str(params, "mode", required=False)
+        mode = str_param(params, "mode", required=False)
         if mode is not None and mode not in ("hybrid", "keyword", "vector"):
             raise BadRequest("mode must be hybrid, keyword or vector")
-        wait_ms = _int(params, "wait_ms", 0, MAX_WAIT_MS, 0) or 0
+        wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS, 0) or 0
         sources, no_longterm = self._sources(ws, caller, params.get("sources"))
-        max_results = _int(params, "max_results", 1, 100) or self.service.config.search.max_results
+        max_results = (
+            int_param(params, "max_results", 1, 100) or self.service.config.search.max_results
+        )
         waited = self._wait_fresh(ws, wait_ms) if wait_ms else 0
         results: list[dict[str, Any]] = []
         outcome = None
@@ -273,10 +223,10 @@ class Api:
                 # MEMORY.md hits are dropped below for callers that may not see them: ask for
                 # a few more so the reply still has max_results when it can.
                 max_results=min(100, max_results + (5 if no_longterm else 0)),
-                min_score=_float(params, "min_score", 0.0, 1.0),
+                min_score=float_param(params, "min_score", 0.0, 1.0),
                 mode=mode,
-                decay=_bool(params, "decay"),
-                mmr=_bool(params, "mmr"),
+                decay=bool_param(params, "decay"),
+                mmr=bool_param(params, "mmr"),
                 sources=tuple(sources),
             )
             results = [
@@ -296,7 +246,7 @@ class Api:
         }
 
     def get(self, params: Mapping[str, Any], caller: Caller | None = None) -> dict[str, Any]:
-        _only(params, "workspace", "path", "from", "lines")
+        only(params, "workspace", "path", "from", "lines")
         caller = caller or Caller()
         ws = self._ws(params)
         path = params.get("path")
@@ -313,7 +263,10 @@ class Api:
         elif "memory" not in allowed:
             raise PathRefused("path refused: memory is not available in this chat")
         result = self.service.get(
-            ws.name, path, _int(params, "from", 1, 10**9, 1) or 1, _int(params, "lines", 1, 10_000)
+            ws.name,
+            path,
+            int_param(params, "from", 1, 10**9, 1) or 1,
+            int_param(params, "lines", 1, 10_000),
         )
         return {
             "path": result.path,
@@ -327,9 +280,9 @@ class Api:
         }
 
     def append(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params, "workspace", "text")
+        only(params, "workspace", "text")
         ws = self._ws(params)
-        text = _str(params, "text")
+        text = str_param(params, "text")
         assert text is not None
         try:
             appended = self.indexer.append(ws, text).result(timeout=60)
@@ -345,9 +298,9 @@ class Api:
         }
 
     def record_recall(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params, "workspace", "query", "results")
+        only(params, "workspace", "query", "results")
         ws = self._ws(params)
-        query = _str(params, "query")
+        query = str_param(params, "query")
         results = params.get("results")
         if not isinstance(results, list) or len(results) > 100:
             raise BadRequest("results must be a list of at most 100 items")
@@ -355,18 +308,18 @@ class Api:
         for item in results:
             if not isinstance(item, dict):
                 raise BadRequest("each result must be a map with path, start_line, end_line")
-            path = _str(item, "path")
-            start = _int(item, "start_line", 1, 10**9)
-            end = _int(item, "end_line", 1, 10**9)
+            path = str_param(item, "path")
+            start = int_param(item, "start_line", 1, 10**9)
+            end = int_param(item, "end_line", 1, 10**9)
             if start is None or end is None or end < start:
                 raise BadRequest("each result needs start_line <= end_line")
-            score = _float(item, "score", 0.0, 1.0)
+            score = float_param(item, "score", 0.0, 1.0)
             clean.append({"path": path, "start_line": start, "end_line": end, "score": score})
         store = RecallStore(ws.root, timezone=self.service.config.timezone, clock=self.clock)
         return {"recorded": store.record(query or "", clean)}
 
     def promote(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(
+        only(
             params,
             "workspace",
             "apply",
@@ -380,25 +333,25 @@ class Api:
         ws = self._ws(params)
         thresholds = MANUAL
         overrides: dict[str, Any] = {}
-        if (v := _int(params, "limit", 1, 1000)) is not None:
+        if (v := int_param(params, "limit", 1, 1000)) is not None:
             overrides["limit"] = v
-        if (f := _float(params, "min_score", 0.0, 1.0)) is not None:
+        if (f := float_param(params, "min_score", 0.0, 1.0)) is not None:
             overrides["min_score"] = f
-        if (v := _int(params, "min_recall_count", 0, 10_000)) is not None:
+        if (v := int_param(params, "min_recall_count", 0, 10_000)) is not None:
             overrides["min_recall_count"] = v
-        if (v := _int(params, "min_unique_queries", 0, 10_000)) is not None:
+        if (v := int_param(params, "min_unique_queries", 0, 10_000)) is not None:
             overrides["min_unique_queries"] = v
         if overrides:
             thresholds = dataclasses.replace(thresholds, **overrides)
         if self.recorder is not None:
             self.recorder.wait_idle()
-        apply = bool(_bool(params, "apply"))
+        apply = bool(bool_param(params, "apply"))
         result = run_promotion(
             ws.root,
             thresholds,
             apply=apply,
-            explain=_str(params, "explain", required=False),
-            include_promoted=bool(_bool(params, "include_promoted")),
+            explain=str_param(params, "explain", required=False),
+            include_promoted=bool(bool_param(params, "include_promoted")),
             max_chars=self.service.config.dreaming.memory_max_chars,
             timezone=self.service.config.timezone,
             clock=self.clock,
@@ -409,12 +362,12 @@ class Api:
         return result
 
     def reindex(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params, "workspace", "force", "wait")
+        only(params, "workspace", "force", "wait")
         targets = (
             [self._ws(params)] if params.get("workspace") is not None else self.service.workspaces()
         )
-        force = bool(_bool(params, "force"))
-        wait = _bool(params, "wait")
+        force = bool(bool_param(params, "force"))
+        wait = bool_param(params, "wait")
         futures = [(ws, self.indexer.reindex(ws, force=force)) for ws in targets]
         if wait is False:
             return {"queued": [ws.name for ws, _ in futures]}
@@ -438,23 +391,23 @@ class Api:
         return {"workspaces": reports}
 
     def workspace_add(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params, "path", "name", "extra_paths", "sessions_dir", "agent_id")
-        path = _str(params, "path")
+        only(params, "path", "name", "extra_paths", "sessions_dir", "agent_id")
+        path = str_param(params, "path")
         assert path is not None
         if not os.path.isabs(path):
             raise BadRequest("path must be absolute")
         extra = params.get("extra_paths") or []
         if not isinstance(extra, list) or not all(isinstance(e, str) for e in extra):
             raise BadRequest("extra_paths must be a list of strings")
-        sessions_dir = _str(params, "sessions_dir", required=False) or ""
+        sessions_dir = str_param(params, "sessions_dir", required=False) or ""
         if sessions_dir and not os.path.isabs(sessions_dir):
             raise BadRequest("sessions_dir must be absolute")
         ws = self.service.add_workspace(
             path,
-            name=_str(params, "name", required=False) or "",
+            name=str_param(params, "name", required=False) or "",
             extra_paths=tuple(extra),
             sessions_dir=sessions_dir,
-            agent_id=_str(params, "agent_id", required=False) or "",
+            agent_id=str_param(params, "agent_id", required=False) or "",
         )
         self._save_registry()
         if self.on_workspace_added:
@@ -463,7 +416,7 @@ class Api:
         return _ws_entry(ws)
 
     def workspace_remove(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params, "workspace")
+        only(params, "workspace")
         ws = self._ws(params)
         if self.on_workspace_removed:
             self.on_workspace_removed(ws)
@@ -472,7 +425,7 @@ class Api:
         return {"removed": removed}
 
     def workspace_list(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _only(params)
+        only(params)
         return {"workspaces": [_ws_entry(ws) for ws in self.service.workspaces()]}
 
     # -- registry -------------------------------------------------------------------------------
@@ -493,40 +446,6 @@ def _ws_entry(ws: Workspace) -> dict[str, Any]:
         entry["sessions_dir"] = str(ws.sessions_dir)
         entry["agent_id"] = ws.agent_id
     return entry
-
-
-def load_registry(path: Path) -> list[dict[str, Any]]:
-    """Registered workspaces from ``workspaces.json`` ([] when absent or unreadable)."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError):
-        return []
-    return [
-        e
-        for e in data.get("workspaces", [])
-        if isinstance(e, dict) and isinstance(e.get("path"), str)
-    ]
-
-
-def save_registry(path: Path, entries: list[dict[str, Any]]) -> None:
-    """Write the registry atomically (temp file, fsync, rename, fsync of the directory)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    data = json.dumps({"version": 1, "workspaces": entries}, indent=2) + "\n"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def _indexed_as_on_disk(store: Any, root: Path, rel: str) -> bool:

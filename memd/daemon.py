@@ -22,7 +22,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from memd.api import Api, load_registry
+from memd.api import Api
 from memd.config import Config
 from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import SCHEDULED
@@ -32,6 +32,7 @@ from memd.embed.select import Choice
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
+from memd.registry import load_registry
 from memd.service import MemoryService, Workspace
 from memd.watch import WorkspaceWatcher
 from memd_client.errors import MemdError
