@@ -1,0 +1,327 @@
+"""``memctl mcp``: a Model Context Protocol server over stdio that forwards to the memd daemon.
+
+An MCP client (Claude Desktop, an IDE, an agent runtime) starts ``memctl mcp -w ~/agent`` and
+gets three tools bound to that one workspace:
+
+* ``memory_search``: hybrid search, answered like OpenClaw's tool (reference §6.8);
+* ``memory_get``: read a window of lines of a memory file (reference §7);
+* ``memory_append``: append a note to today's memory file.
+
+The server holds one :class:`memd_client.Client`, which connects on first use and reconnects
+after a failure, so the daemon may start (or restart) after the server. Daemon errors are
+returned to the model as data (``disabled: true`` with an ``action``), never raised. Nothing but
+the protocol goes to stdout: logging goes to stderr, and the SDK points fd 1 at stderr while
+it serves.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from memd_client import (
+    Busy,
+    Client,
+    DaemonNotRunning,
+    DaemonUnavailable,
+    MemdError,
+    PathRefused,
+    ProviderUnavailable,
+    Timeout,
+    UnknownWorkspace,
+)
+
+__all__ = ["SERVER_NAME", "build_server", "run"]
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "memd"
+
+# When a search finds nothing while edits are still waiting to be indexed, search once more
+# after letting the daemon catch up for at most this long.
+_RETRY_WAIT_MS = 2000
+
+_SEARCH_DESCRIPTION = """\
+Search this workspace's long-term memory (MEMORY.md, memory/*.md notes and, if visible, past \
+session transcripts) by meaning and keywords.
+
+Use it BEFORE answering anything about prior work, past decisions, dates, people, preferences, \
+todos or facts the user told you earlier, and whenever the user says "remember", "last time" \
+or "what did we decide". Returns the best-matching snippets, each with path, startLine, endLine, \
+score and a citation "path#Lstart-Lend"; call memory_get with that path to read more around a \
+hit. An empty result means nothing relevant is stored. If the reply has "disabled": true, memory \
+is unavailable: tell the user what "action" says instead of guessing."""
+
+_GET_DESCRIPTION = """\
+Read lines of one memory file of this workspace (a path from a memory_search hit, e.g. \
+"MEMORY.md" or "memory/2026-01-02.md").
+
+Use it after memory_search when a snippet is cut short or you need the surrounding context: \
+pass "from" (1-based first line, e.g. a hit's startLine minus a few) and "lines" (how many). \
+If the reply has "truncated": true, call again with from = nextFrom to continue. A file that \
+does not exist returns empty text."""
+
+_APPEND_DESCRIPTION = """\
+Append a note to today's memory file (memory/YYYY-MM-DD.md) in this workspace; it is \
+searchable as soon as this returns.
+
+Use it to remember something durable that should survive this conversation: a decision, a \
+user preference, a fact about a person or project, a todo, a lesson learned. Write a short, \
+self-contained Markdown note (e.g. "- 2026-01-02: the launch moved to May (per Ana)"). Do not \
+store secrets or transient chatter. Returns the path and lines written."""
+
+
+def _action(exc: BaseException) -> str:
+    """What a person (or the agent) should do about ``exc``."""
+    if isinstance(exc, DaemonNotRunning):
+        return "Start memd with `memd run` (or `memctl service install`), then retry."
+    if isinstance(exc, DaemonUnavailable):
+        return "memd is not answering; retry shortly, or restart it with `memd run`."
+    if isinstance(exc, UnknownWorkspace):
+        return (
+            "Register the workspace with `memctl workspace add <dir> --name <name>`, "
+            "or start `memctl mcp` with -w naming a registered workspace."
+        )
+    if isinstance(exc, ProviderUnavailable):
+        return "The embedding provider is unavailable; check `memctl status` and memd's log."
+    if isinstance(exc, Busy | Timeout):
+        return "memd is busy; retry in a moment."
+    if isinstance(exc, PathRefused):
+        return "Use a path from a memory_search hit (MEMORY.md or memory/*.md)."
+    return "Check `memctl status` and memd's log."
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, MemdError):
+        return str(exc) or type(exc).__name__
+    logger.exception("unexpected error in a memory tool")
+    return f"unexpected error: {type(exc).__name__}: {exc}"
+
+
+def _citation(path: str, start: Any, end: Any) -> str:
+    return f"{path}#L{start}-L{end}"
+
+
+def search_reply(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The daemon's search result in the shape of OpenClaw's ``memory_search`` tool output."""
+    hits = []
+    for hit in result.get("results") or []:
+        path = str(hit.get("path"))
+        start, end = hit.get("start_line"), hit.get("end_line")
+        hits.append(
+            {
+                "path": path,
+                "startLine": start,
+                "endLine": end,
+                "score": hit.get("score"),
+                "snippet": hit.get("snippet"),
+                "source": hit.get("source"),
+                "citation": _citation(path, start, end),
+            }
+        )
+    reply: dict[str, Any] = {
+        "results": hits,
+        "provider": result.get("provider"),
+        "model": result.get("model"),
+        "mode": result.get("mode"),
+        "freshness": result.get("freshness"),
+    }
+    if result.get("note"):
+        reply["note"] = result["note"]
+    return reply
+
+
+def get_reply(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The daemon's get result in the shape of OpenClaw's ``memory_get`` tool output."""
+    text = str(result.get("text") or "")
+    reply: dict[str, Any] = {
+        "path": result.get("path"),
+        "text": text,
+        "from": result.get("from"),
+        "lines": result.get("lines"),
+    }
+    if result.get("missing"):
+        reply["missing"] = True
+    if result.get("truncated"):
+        reply["truncated"] = True
+        next_from = result.get("next_from")
+        if next_from:
+            reply["nextFrom"] = next_from
+            reply["text"] = f"{text}\n\n[More content available. Use from={next_from} to continue.]"
+    return reply
+
+
+def _accept_from(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """Let the SDK call ``fn`` with the schema's ``from`` (a keyword) as ``from_``.
+
+    The SDK builds the schema from ``fn``'s signature (it follows ``__wrapped__``), where
+    ``from_`` carries the alias "from", and calls the tool with aliased names.
+    """
+
+    @functools.wraps(fn)
+    def call(**kwargs: Any) -> dict[str, Any]:
+        if "from" in kwargs:
+            kwargs["from_"] = kwargs.pop("from")
+        return fn(**kwargs)
+
+    return call
+
+
+def build_server(workspace: str, client: Client) -> MCPServer[Any]:
+    """An MCP server whose tools forward to ``client`` for ``workspace`` (a name or a path)."""
+    server: MCPServer[Any] = MCPServer(
+        SERVER_NAME,
+        title="memd memory",
+        version=_version(),
+        instructions=(
+            f"Long-term memory for the workspace {workspace!r}, served by the local memd daemon. "
+            "Search it (memory_search) before answering questions about prior work, decisions, "
+            "preferences or facts from earlier conversations; read around a hit with memory_get; "
+            "save durable facts with memory_append."
+        ),
+        log_level="WARNING",
+    )
+
+    @server.tool(
+        name="memory_search",
+        title="Search memory",
+        description=_SEARCH_DESCRIPTION,
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+    def memory_search(
+        query: Annotated[str, Field(description="What to look for, in natural language.")],
+        max_results: Annotated[
+            int | None, Field(ge=1, le=100, description="At most this many hits (default 6).")
+        ] = None,
+        min_score: Annotated[
+            float | None,
+            Field(ge=0.0, le=1.0, description="Drop hits scoring below this (0 to 1)."),
+        ] = None,
+        sources: Annotated[
+            Literal["memory", "sessions", "all"] | None,
+            Field(description="Search notes only, session transcripts only, or all (default)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        try:
+            options: dict[str, Any] = {
+                "max_results": max_results,
+                "min_score": min_score,
+                "sources": sources,
+            }
+            result = client.search(workspace, query, **options)
+            freshness = result.get("freshness") or {}
+            if not result.get("results") and freshness.get("fresh") is False:
+                # Edits still waiting to be indexed may hold the answer: let them land.
+                result = client.search(workspace, query, wait_ms=_RETRY_WAIT_MS, **options)
+            return search_reply(result)
+        except Exception as exc:
+            return {
+                "results": [],
+                "disabled": True,
+                "unavailable": True,
+                "error": _message(exc),
+                "action": _action(exc),
+            }
+
+    @_accept_from
+    def memory_get(
+        path: Annotated[
+            str, Field(description='A memory file, relative to the workspace ("MEMORY.md").')
+        ],
+        from_: Annotated[
+            int | None, Field(alias="from", ge=1, description="First line, 1-based (default 1).")
+        ] = None,
+        lines: Annotated[
+            int | None, Field(ge=1, le=10_000, description="How many lines (default 120).")
+        ] = None,
+    ) -> dict[str, Any]:
+        try:
+            return get_reply(client.get(workspace, path, from_line=from_, lines=lines))
+        except Exception as exc:
+            return {
+                "path": path,
+                "text": "",
+                "disabled": True,
+                "error": _message(exc),
+                "action": _action(exc),
+            }
+
+    server.add_tool(
+        memory_get,
+        name="memory_get",
+        title="Read memory",
+        description=_GET_DESCRIPTION,
+        annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+
+    @server.tool(
+        name="memory_append",
+        title="Remember",
+        description=_APPEND_DESCRIPTION,
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),
+    )
+    def memory_append(
+        text: Annotated[str, Field(min_length=1, description="The note to remember (Markdown).")],
+    ) -> dict[str, Any]:
+        try:
+            result = client.append(workspace, text)
+        except Exception as exc:
+            return {"error": _message(exc), "action": _action(exc)}
+        path = str(result.get("path"))
+        start, end = result.get("start_line"), result.get("end_line")
+        return {
+            "path": path,
+            "startLine": start,
+            "endLine": end,
+            "citation": _citation(path, start, end),
+        }
+
+    return server
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("memd")
+    except PackageNotFoundError:
+        return "0"
+
+
+def run(
+    workspace: str,
+    socket: Path | None,
+    identity: Mapping[str, str] | None,
+    *,
+    timeout: float | None = 30.0,
+) -> None:
+    """Serve the memory tools for ``workspace`` over stdio until the client disconnects.
+
+    Args:
+        workspace: a registered workspace name, or an absolute directory.
+        socket: the daemon's socket (default: ``$MEMD_SOCKET`` or the per-user runtime dir).
+        identity: whom the tools speak for (agent_id, session_key, ...), as memctl's options.
+        timeout: seconds each daemon call may take.
+    """
+    # Before the SDK's own logging setup (a no-op once the root logger has a handler).
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="memctl mcp: %(levelname)s %(message)s"
+    )
+    client = Client(socket, timeout, identity=identity)  # connects on the first call
+    try:
+        build_server(workspace, client).run("stdio")
+    finally:
+        client.close()

@@ -1,0 +1,190 @@
+"""`memctl mcp` end to end: a real daemon, memctl as a subprocess, the MCP SDK's stdio client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.types import CallToolResult, TextContent
+
+import memd_client
+from memd.daemon import Daemon
+from memd.embed.fake import FakeEmbedder
+from memd.mcp_server import get_reply, search_reply
+
+from .daemon_fixture import running_daemon, short_socket_dir
+
+_T = TypeVar("_T")
+
+# The installed `memctl` script may belong to another environment: run this interpreter's.
+_MEMCTL = ["-c", "from memd_client.memctl import main; main()"]
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "agent"
+    (root / "memory").mkdir(parents=True)
+    (root / "MEMORY.md").write_text("# Memory\n\nThe staging cluster is called Orion.\n")
+    (root / "memory" / "2026-01-02.md").write_text(
+        "# 2026-01-02\n\n- migrated the billing service to Postgres 16\n"
+    )
+    return root
+
+
+@pytest.fixture
+def daemon(ws: Path) -> Iterator[Daemon]:
+    with running_daemon(embedder=FakeEmbedder()) as d:
+        with memd_client.connect(d.socket_path) as c:
+            c.workspace_add(ws, name="agent")
+            c.search("agent", "billing", wait_ms=5000)  # indexed before the tests search
+        yield d
+
+
+def _params(*args: str, cwd: Path | None = None) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=[*_MEMCTL, *args],
+        env={"MEMD_HOME": os.environ["MEMD_HOME"]},
+        cwd=cwd,
+    )
+
+
+def _serve(params: StdioServerParameters, body: Callable[[ClientSession], Awaitable[_T]]) -> _T:
+    """Start the server, initialise a session, run ``body`` on it; the process is reaped after."""
+
+    async def go() -> _T:
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write, read_timeout_seconds=60) as session:
+                init = await session.initialize()
+                assert init.server_info.name == "memd"
+                return await body(session)
+
+    return asyncio.run(go())
+
+
+async def _call(session: ClientSession, name: str, **arguments: Any) -> dict[str, Any]:
+    result = await session.call_tool(name, arguments)
+    assert isinstance(result, CallToolResult)
+    assert not result.is_error, result.content
+    (block,) = result.content
+    assert isinstance(block, TextContent)
+    reply = json.loads(block.text)
+    assert isinstance(reply, dict)
+    assert result.structured_content == reply
+    return reply
+
+
+def test_tools_search_get_append(daemon: Daemon, ws: Path) -> None:
+    added_path: list[str] = []
+
+    async def body(session: ClientSession) -> None:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == {"memory_search", "memory_get", "memory_append"}
+        search_schema = tools["memory_search"].input_schema
+        assert search_schema["required"] == ["query"]
+        assert {"query", "max_results", "min_score", "sources"} <= set(search_schema["properties"])
+        assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
+        assert tools["memory_append"].input_schema["required"] == ["text"]
+        assert all(t.description and "Use it" in t.description for t in tools.values())
+
+        found = await _call(session, "memory_search", query="billing service Postgres")
+        assert found["provider"] == "fake" and found["mode"] and found["freshness"]["fresh"]
+        hit = found["results"][0]
+        assert hit["path"] == "memory/2026-01-02.md" and hit["source"] == "memory"
+        assert hit["citation"] == f"memory/2026-01-02.md#L{hit['startLine']}-L{hit['endLine']}"
+        assert "Postgres 16" in hit["snippet"] and 0 < hit["score"] <= 1
+
+        got = await _call(session, "memory_get", path=hit["path"])
+        assert got["path"] == "memory/2026-01-02.md" and got["from"] == 1
+        assert "migrated the billing service to Postgres 16" in got["text"]
+        window = await _call(session, "memory_get", path="MEMORY.md", **{"from": 3, "lines": 1})
+        assert window == {
+            "path": "MEMORY.md",
+            "text": "The staging cluster is called Orion.",
+            "from": 3,
+            "lines": 1,
+        }
+        missing = await _call(session, "memory_get", path="memory/1999-01-01.md")
+        assert missing["text"] == "" and missing["missing"] and "disabled" not in missing
+        refused = await _call(session, "memory_get", path="../secrets.md")
+        assert refused["disabled"] and refused["text"] == "" and refused["error"]
+
+        added = await _call(session, "memory_append", text="- the deploy freeze starts Friday")
+        assert added["path"].startswith("memory/") and added["startLine"] >= 1
+        added_path.append(added["path"])
+        again = await _call(session, "memory_search", query="deploy freeze Friday")
+        assert [h["path"] for h in again["results"]][:1] == [added["path"]]
+        assert "deploy freeze starts Friday" in again["results"][0]["snippet"]
+
+    _serve(_params("--socket", str(daemon.socket_path), "mcp", "-w", "agent"), body)
+    assert "deploy freeze starts Friday" in (ws / added_path[0]).read_text()
+
+
+def test_workspace_defaults_to_the_current_directory(daemon: Daemon, ws: Path) -> None:
+    async def body(session: ClientSession) -> dict[str, Any]:
+        return await _call(session, "memory_search", query="staging cluster", max_results=1)
+
+    found = _serve(_params("--socket", str(daemon.socket_path), "mcp", cwd=ws), body)
+    assert [h["path"] for h in found["results"]] == ["MEMORY.md"]
+
+
+def test_unknown_workspace_is_reported_not_raised(daemon: Daemon) -> None:
+    async def body(session: ClientSession) -> dict[str, Any]:
+        return await _call(session, "memory_search", query="anything")
+
+    found = _serve(_params("--socket", str(daemon.socket_path), "mcp", "-w", "nope"), body)
+    assert found["results"] == [] and found["disabled"] and found["unavailable"]
+    assert "memctl workspace add" in found["action"]
+
+
+def test_daemon_not_running() -> None:
+    directory = short_socket_dir()
+    try:
+        sock = directory / "memd.sock"  # nothing listens here
+
+        async def body(session: ClientSession) -> list[dict[str, Any]]:
+            names = {t.name for t in (await session.list_tools()).tools}
+            assert names == {"memory_search", "memory_get", "memory_append"}
+            return [
+                await _call(session, "memory_search", query="what did we decide?"),
+                await _call(session, "memory_get", path="MEMORY.md"),
+                await _call(session, "memory_append", text="remember this"),
+            ]
+
+        found, got, added = _serve(_params("--socket", str(sock), "mcp", "-w", "agent"), body)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    assert found["results"] == [] and found["disabled"] is True and found["unavailable"] is True
+    assert "not running" in found["error"] and "memd run" in found["action"]
+    assert got["path"] == "MEMORY.md" and got["text"] == "" and got["disabled"] and got["error"]
+    assert "not running" in added["error"] and "memd run" in added["action"]
+
+
+def test_reply_shapes() -> None:
+    hit = {"path": "MEMORY.md", "start_line": 3, "end_line": 4, "score": 0.5}
+    hit |= {"snippet": "x", "source": "memory", "vector_score": 0.1, "text_score": 0.9}
+    reply = search_reply({"results": [hit], "provider": "none", "model": "", "mode": "keyword"})
+    assert reply["results"] == [
+        {
+            "path": "MEMORY.md",
+            "startLine": 3,
+            "endLine": 4,
+            "score": 0.5,
+            "snippet": "x",
+            "source": "memory",
+            "citation": "MEMORY.md#L3-L4",
+        }
+    ]
+    got = get_reply(
+        {"path": "a.md", "text": "one", "from": 1, "lines": 1, "truncated": True, "next_from": 2}
+    )
+    assert got["truncated"] and got["nextFrom"] == 2
+    assert got["text"] == "one\n\n[More content available. Use from=2 to continue.]"
