@@ -1,0 +1,214 @@
+"""memctl's administrative commands: model, service, doctor and mcp.
+
+They run in-process and import the daemon's package inside the command, so the everyday
+commands never load it. ``memd_client.memctl`` registers them on ``cli``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from memd_client import display
+from memd_client.memctl_common import (
+    _errors,
+    _json_option,
+    _print_json,
+    _ref_or_cwd,
+    _Settings,
+    _style,
+    _workspace_option,
+)
+from memd_client.paths import user_dirs
+
+__all__ = ["doctor_cmd", "mcp_cmd", "model_group", "service_group"]
+
+
+@click.group("model")
+def model_group() -> None:
+    """List and download embedding models (runs here, not in the daemon)."""
+
+
+@model_group.command("list")
+@_json_option
+@click.pass_context
+def model_list_cmd(ctx: click.Context, as_json: bool) -> None:
+    """List the GGUF models in the model directory.
+
+    Example: memctl model list --json
+    """
+    from memd.embed.models import list_models  # the daemon's package, only for this command
+
+    models_dir = user_dirs().models
+    with _errors(ctx):
+        models = list_models(models_dir)
+    if as_json:
+        _print_json(
+            [
+                {"name": m.name, "path": str(m.path), "size": m.size}
+                | {"sha256": m.sha256, "partial": m.partial}
+                for m in models
+            ]
+        )
+        return
+    if not models:
+        click.echo(f"No models in {models_dir}; get one with `memctl model pull URI`.", err=True)
+    for m in models:
+        click.echo(display.model_line(m.name, m.size, m.sha256, m.partial))
+
+
+@model_group.command("pull")
+@click.argument("uri")
+@click.option("--sha256", default=None, metavar="HEX", help="The expected checksum.")
+@click.pass_context
+def model_pull_cmd(ctx: click.Context, uri: str, sha256: str | None) -> None:
+    """Download the model URI (hf:owner/repo/file.gguf or https://…) into the model directory.
+
+    Example: memctl model pull hf:second-state/All-MiniLM-L6-v2-Embedding-GGUF/all-MiniLM-L6-v2-Q8_0.gguf
+    """
+    from memd.embed.models import progress_bar, pull  # the daemon's package, only for this command
+
+    with _errors(ctx):
+        path = pull(uri, user_dirs().models, sha256=sha256, progress=progress_bar())
+    click.echo(str(path))
+
+
+@click.command("doctor")
+@_json_option
+@click.option("--no-model", is_flag=True, help="Read the model's header only; do not load it.")
+@click.pass_context
+def doctor_cmd(ctx: click.Context, as_json: bool, no_model: bool) -> None:
+    """Check sqlite-vec, the model, keys, the socket, watches, disk and the service.
+
+    Exits 1 when a check fails (warnings exit 0). Example: memctl doctor --json
+    """
+    from memd import doctor  # the daemon's package, only for this command
+
+    settings: _Settings = ctx.obj
+    checks = doctor.diagnose(socket=settings.socket, load_model=not no_model)
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        _print_json({"ok": not failed, "checks": [vars(c) for c in checks]})
+    else:
+        tty = sys.stdout.isatty()
+        marks = {"ok": ("✔", "ok", "green"), "warn": ("!", "warn", "yellow")}
+        marks |= {"fail": ("✘", "FAIL", "red"), "skip": ("-", "skip", "white")}
+        for c in checks:
+            symbol, word, colour = marks[c.status]
+            click.echo(f"{_style(symbol if tty else word, colour)} {c.name}: {c.detail}")
+            if c.fix and c.status != "ok":
+                click.echo(f"    fix: {c.fix}")
+    if failed:
+        ctx.exit(1)
+
+
+@click.command("mcp")
+@_workspace_option()
+@click.pass_context
+def mcp_cmd(ctx: click.Context, workspace: str | None) -> None:
+    """Serve the workspace's memory to an MCP client over stdio (memory_search/get/append).
+
+    Example: memctl mcp -w ~/agent   (as an MCP client's server command)
+    """
+    try:
+        from memd import mcp_server  # the daemon's package and the MCP SDK, only for this command
+    except ImportError as exc:
+        raise click.ClickException(
+            f"memctl mcp needs the MCP SDK ({exc}); install it with: pip install 'memd[mcp]'"
+        ) from None
+    settings: _Settings = ctx.obj
+    mcp_server.run(
+        _ref_or_cwd(workspace), settings.socket, settings.identity, timeout=settings.timeout
+    )
+
+
+@click.group("service")
+def service_group() -> None:
+    """Run memd under the service manager: a systemd user unit (Linux) or a LaunchAgent (macOS)."""
+
+
+def _service_failure(exc: Exception) -> None:
+    """Print what was done before ``exc`` (a ServiceError), then the error."""
+    for line in getattr(exc, "lines", []):
+        click.echo(line)
+    click.echo(f"Error: {exc}", err=True)
+
+
+@service_group.command("install")
+@click.option("--dry-run", is_flag=True, help="Show what would be done; change nothing.")
+@click.option("--force", is_flag=True, help="Replace a service file that differs from memd's.")
+@click.pass_context
+def service_install_cmd(ctx: click.Context, dry_run: bool, force: bool) -> None:
+    """Write the service file for this platform, then enable and start memd.
+
+    Example: memctl service install --dry-run
+    """
+    from memd import servicefiles  # the daemon's package, only for this command
+
+    try:
+        lines = servicefiles.install(dry_run=dry_run, force=force)
+    except servicefiles.ServiceError as exc:
+        _service_failure(exc)
+        ctx.exit(1)
+    for line in lines:
+        click.echo(line)
+
+
+@service_group.command("uninstall")
+@click.option("--dry-run", is_flag=True, help="Show what would be done; change nothing.")
+@click.pass_context
+def service_uninstall_cmd(ctx: click.Context, dry_run: bool) -> None:
+    """Stop and disable memd, and remove its service file.
+
+    Example: memctl service uninstall
+    """
+    from memd import servicefiles  # the daemon's package, only for this command
+
+    try:
+        lines = servicefiles.uninstall(dry_run=dry_run)
+    except servicefiles.ServiceError as exc:
+        _service_failure(exc)
+        ctx.exit(1)
+    for line in lines:
+        click.echo(line)
+
+
+@service_group.command("status")
+@_json_option
+@click.pass_context
+def service_status_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Show whether memd's service is installed, current and running (exit 1: no service manager).
+
+    Example: memctl service status --json
+    """
+    from memd import servicefiles  # the daemon's package, only for this command
+
+    try:
+        info = servicefiles.status()
+    except servicefiles.ServiceError as exc:
+        _service_failure(exc)
+        ctx.exit(1)
+    if as_json:
+        _print_json(info)
+    else:
+        name = info.get("unit") or info.get("label")
+        click.echo(f"manager: {info['manager']} ({name})")
+        if not info["installed"]:
+            state = "not installed"
+        elif info["up_to_date"] is False:
+            state = "installed, differs from what `memctl service install` writes"
+        else:
+            state = "installed"
+        click.echo(f"file: {info['path']} ({state})")
+        if info["manager"] == "systemd" and info["available"]:
+            click.echo(f"state: {info['active']}, {info['enabled']}")
+        elif info["manager"] == "launchd" and info["available"]:
+            loaded = (info["state"] or "unknown") if info["loaded"] else "not loaded"
+            pid = f", pid {info['pid']}" if info["pid"] else ""
+            click.echo(f"state: {loaded}{pid}; logs: {info['log']}")
+        running = _style("running", "green") if info["running"] else _style("not running", "red")
+        click.echo(f"memd: {running}")
+    if not info["available"]:
+        click.echo(f"Error: {info.get('reason')}", err=True)
+        ctx.exit(1)
