@@ -78,25 +78,31 @@ class Api:
         return self.service.workspace(ref)
 
     def freshness(self, ws: Workspace, *, waited_ms: int = 0) -> dict[str, Any]:
+        watcher = self.watcher_state(ws)
+        watched = set(watcher.get("pending_keys") or ())
+        queued = self.indexer.dirty_keys(ws)
         with ws.index.reader() as store:
             generation = store.generation()
             unembedded = store.pending_count()
-            watcher = self.watcher_state(ws)
-            keys = set(watcher.get("pending_keys") or ())
-            # A key still in the debounce window may already be indexed (an append, or a sync
-            # someone waited for): count only the files whose size or mtime differ from the index.
-            stale = {k for k in keys if k != "*" and not _indexed_as_on_disk(store, ws.root, k)}
-        pending = self.indexer.pending(ws) + len(stale)
+            # A changed path may already be indexed (an append, a sync someone waited for,
+            # a reconcile that ran first): count only files whose size or mtime differ.
+            stale = {
+                k
+                for k in watched | queued
+                if "*" not in k and not _indexed_as_on_disk(store, ws.root, k)
+            }
+        pending = len(stale)
+        if any("*" in k for k in queued):
+            pending += 1  # a rescan is queued: something may have changed
         last_event = watcher.get("last_event_at")
-        if "*" in keys and not (last_event and self.indexer.synced_since(ws, last_event)):
+        if "*" in watched and not (last_event and self.indexer.synced_since(ws, last_event)):
             pending += 1
-        watcher_summary = watcher.get("state")
         return {
             "generation": generation,
             "pending_files": pending,
             "unembedded_files": unembedded,
             "rebuilding": ws.syncer.rebuilding,
-            "watcher": watcher_summary,
+            "watcher": watcher.get("state"),
             "last_sync": ws.syncer.last_sync,
             "waited_ms": waited_ms,
             "fresh": pending == 0,

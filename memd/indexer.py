@@ -130,6 +130,12 @@ class Indexer:
         self._start_rebuild(ws, future)
         return future
 
+    def dirty_keys(self, ws: Workspace) -> set[str]:
+        """The changed paths queued for the next sync of ``ws`` ("*": a rescan is queued)."""
+        with self._lock:
+            state = self._states.get(ws.root)
+            return set(state.dirty) if state else set()
+
     def pending(self, ws: Workspace) -> int:
         """Changed paths known to the writer and not yet indexed ("*" counts as one)."""
         with self._lock:
