@@ -31,8 +31,11 @@ class RecallRecorder:
         self.clock = clock
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=10_000)
         self._thread = threading.Thread(target=self._run, name="memd-recalls", daemon=True)
-        self._idle = threading.Event()
-        self._idle.set()
+        # Searches are numbered as they are queued; waiters wait for a number, not for an
+        # empty queue (which a steady stream of searches would never give them).
+        self._cond = threading.Condition()
+        self._queued = 0
+        self._written = 0
         self.recorded = 0
         self.dropped = 0
 
@@ -52,15 +55,19 @@ class RecallRecorder:
         when = (
             self.clock() if self.clock else datetime.now(UTC)
         )  # the search's time, not the write's
-        try:
-            self._idle.clear()
-            self._queue.put_nowait((root, query, short, when))
-        except queue.Full:
-            self.dropped += 1  # never slow a search down: a lost recall only lowers a count
+        with self._cond:
+            try:
+                self._queue.put_nowait((root, query, short, when))
+            except queue.Full:
+                self.dropped += 1  # never slow a search down: a lost recall only lowers a count
+                return
+            self._queued += 1
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Block until everything submitted so far is written (tests, promotion)."""
-        return self._idle.wait(timeout)
+        """Block until everything submitted before this call is written (tests, promotion)."""
+        with self._cond:
+            target = self._queued
+            return self._cond.wait_for(lambda: self._written >= target, timeout)
 
     def _run(self) -> None:
         while True:
@@ -81,8 +88,9 @@ class RecallRecorder:
                     self.recorded += store.record(query, results)
                 except Exception as exc:  # a recall store problem never reaches a search
                     logger.warning("recording recalls in %s failed: %s", root, exc)
-            if self._queue.empty():
-                self._idle.set()
+                with self._cond:
+                    self._written += 1
+                    self._cond.notify_all()
             if stopping:
                 return
 
