@@ -110,8 +110,11 @@ class MemoryService:
         ``sessions_dir`` adds the agent's transcripts as a second source; they belong to
         ``agent_id`` (default: the workspace name).
         """
-        root = Path(path).expanduser()
-        if not root.is_dir():
+        try:
+            root = Path(path).expanduser()
+        except RuntimeError:  # "~someone" for an unknown user
+            raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory") from None
+        if "\x00" in str(root) or not root.is_dir():
             raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory")
         root = root.resolve()
         with self._lock:
@@ -170,8 +173,10 @@ class MemoryService:
         with self._lock:
             if ref in self._names:
                 return self._workspaces[self._names[ref]]
-        candidate = Path(ref).expanduser()
-        if candidate.is_absolute() and candidate.is_dir():
+        # Only absolute paths: a "~user" reference would be expanded against the daemon's
+        # passwd database (and raises for unknown users); clients send absolute paths.
+        candidate = Path(ref)
+        if "\x00" not in ref and candidate.is_absolute() and candidate.is_dir():
             resolved = candidate.resolve()
             with self._lock:
                 if resolved in self._workspaces:

@@ -104,6 +104,8 @@ def parse(obj: Any) -> Request | Response | Notification:
     if not isinstance(obj, list) or not obj:
         raise ProtocolError("a message must be a non-empty array")
     kind = obj[0]
+    if isinstance(kind, bool) or not isinstance(kind, int):
+        raise ProtocolError(f"unknown message type {kind!r}")
     if kind == REQUEST:
         if len(obj) != 4:
             raise ProtocolError("a request has 4 elements: [0, msgid, method, params]")
