@@ -185,6 +185,8 @@ class Indexer:
                 job.future.set_result(self._sync(ws, job))
             elif job.kind == "append":
                 appended = append_daily(ws.root, job.payload, timezone=self.service.config.timezone)
+                with self._lock:
+                    self._states.setdefault(ws.root, _State()).dirty.add(appended.path)
                 self._sync(ws, None)
                 job.future.set_result(appended)
         except Exception as exc:  # handed to whoever waits; the writer goes on
@@ -199,7 +201,8 @@ class Indexer:
             taken, state.dirty = state.dirty, set()
         started = time.time()
         try:
-            report = ws.syncer.sync(embed=False, allow_rebuild=False)
+            # Only the paths the watcher or an append named, unless a rescan was asked for.
+            report = ws.syncer.sync(embed=False, allow_rebuild=False, paths=taken or None)
         except BaseException:
             with self._lock:
                 state.dirty |= taken

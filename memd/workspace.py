@@ -23,6 +23,7 @@ __all__ = [
     "daily_date",
     "discover",
     "is_ignored",
+    "memory_file",
     "resolve_extra_paths",
 ]
 
@@ -142,6 +143,40 @@ def resolve_extra_paths(root: Path, extra_paths: Sequence[str]) -> list[Path]:
             seen.add(full)
             out.append(Path(full))
     return out
+
+
+def memory_file(
+    root: Path, rel: str, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+) -> tuple[Literal["file"], SourceFile] | tuple[Literal["gone", "rescan"], None]:
+    """Look at one path the way discover() would, without walking the workspace.
+
+    Returns ("file", the file), ("gone", None) when discover() would not list it (missing,
+    a symlink on the way, ignored, not .md), or ("rescan", None) when only a full discover()
+    can tell (paths outside MEMORY.md and memory/, oversized files).
+    """
+    rel = _strip_dot(rel)
+    parts = rel.split("/")
+    if rel in _EVERGREEN:
+        pass
+    elif not (len(parts) >= 2 and parts[0] == "memory" and rel.endswith(".md")):
+        return "rescan", None
+    if ".." in parts or "" in parts or is_ignored(rel):
+        return "gone", None
+    path = os.path.abspath(root)
+    for part in parts:  # symlinks anywhere on the way are skipped by discover(), so here too
+        path = os.path.join(path, part)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return "gone", None
+        if stat.S_ISLNK(st.st_mode):
+            return "gone", None
+    if not stat.S_ISREG(st.st_mode):
+        return "gone", None
+    if st.st_size > max_file_bytes:
+        return "rescan", None
+    kind, day = classify(rel)
+    return "file", SourceFile(rel, Path(path), st.st_size, st.st_mtime_ns, kind, day)
 
 
 def discover(

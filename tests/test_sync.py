@@ -419,3 +419,28 @@ def test_writes_during_a_rebuild_reach_the_new_index(
         assert {row[0] for row in store.dump()} == {"MEMORY.md", "memory/during.md"}
         assert all(row[5] for row in store.dump()), "caught-up files got vectors too"
     assert index.writer().integrity() == []
+
+
+def test_targeted_sync_reads_only_the_named_paths(
+    syncer: Syncer, write: WriteFile, index: Index, workspace: Path
+) -> None:
+    from memd.workspace import memory_file
+
+    write("MEMORY.md", NOTE)
+    write("memory/a.md", "alpha\n")
+    syncer.sync()
+    write("memory/a.md", "alpha changed\n")
+    write("memory/b.md", "bravo\n")  # not named: a targeted sync must not see it
+    report = syncer.sync(paths={"memory/a.md"})
+    assert (report.scanned, report.indexed) == (1, 1)
+    assert {row[0] for row in dump(index)} == {"MEMORY.md", "memory/a.md"}
+    (workspace / "memory/a.md").unlink()
+    assert syncer.sync(paths={"memory/a.md"}).removed == 1
+    # Anything a targeted look cannot judge falls back to a full reconcile.
+    assert memory_file(workspace, "notes/x.md")[0] == "rescan"
+    assert memory_file(workspace, "memory/../MEMORY.md")[0] == "gone"
+    (workspace / "memory" / "link.md").symlink_to(workspace / "MEMORY.md")
+    assert memory_file(workspace, "memory/link.md")[0] == "gone"
+    report = syncer.sync(paths={"notes/x.md"})
+    assert {row[0] for row in dump(index)} == {"MEMORY.md", "memory/b.md"}
+    assert index.writer().integrity() == []

@@ -27,11 +27,11 @@ from memd.index.db import atomic, translate_errors
 from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
 from memd.index.report import IndexEntry, SyncReport
-from memd.index.store import NewChunk, Store, VectorStore
+from memd.index.store import FileRow, NewChunk, Store, VectorStore
 from memd.index.transcripts import TranscriptSync
 from memd.redact import redact
 from memd.sessions.transcript import map_lines
-from memd.workspace import discover
+from memd.workspace import SourceFile, discover, memory_file
 
 __all__ = ["Progress", "SyncReport", "Syncer"]
 
@@ -124,6 +124,7 @@ class Syncer(TranscriptSync):
         force: bool = False,
         embed: bool = True,
         allow_rebuild: bool = True,
+        paths: set[str] | None = None,
         progress: Progress | None = None,
     ) -> SyncReport:
         """Reconcile the index with the files; rebuild when forced or when the identity changed.
@@ -154,7 +155,7 @@ class Syncer(TranscriptSync):
                         writer.set_identity(self.expected_identity().to_dict())
                         writer = self.index.writer()  # a store that knows the vector table
                         writer.ensure_vector_table()
-            self._reconcile(writer, report, progress, fresh=False)
+            self._reconcile_some(writer, report, progress, paths if state != "missing" else None)
             if embed:
                 self._embed_pending(writer, report, progress)
             report.pending_files = writer.counts()["pending_files"]
@@ -254,38 +255,7 @@ class Syncer(TranscriptSync):
         for n, f in enumerate(found.files, 1):
             if progress:
                 progress("scan", n, len(found.files))
-            row = stored.get(f.rel)
-            racy = now_ns - f.mtime_ns < RACY_NS
-            if row and row.size == f.size and row.mtime_ns == f.mtime_ns and not racy:
-                report.unchanged += 1
-                continue
-            try:
-                data = f.abs.read_bytes()
-            except FileNotFoundError:
-                continue  # vanished since the walk; the next sync removes its rows
-            except OSError as exc:
-                report.errors.append((f.rel, f"cannot read: {exc.strerror or exc}"))
-                continue
-            file_hash = hashlib.sha256(data).hexdigest()
-            if row and row.hash == file_hash:
-                if row.size != f.size or row.mtime_ns != f.mtime_ns:
-                    with atomic(store.conn):
-                        store.touch_file(f.rel, f.mtime_ns, f.size)
-                report.unchanged += 1
-                continue
-            text = data.decode("utf-8", "replace")
-            if self.config.redact:
-                text = redact(text)  # the index holds redacted text; the file is untouched
-            entry = IndexEntry(
-                f.rel,
-                "memory",
-                f.kind,
-                f.day.isoformat() if f.day else None,
-                f.mtime_ns,
-                f.size,
-                file_hash,
-            )
-            self._index_file(store, entry, text, model, report, same_vectors)
+            self._sync_one(store, f, stored.get(f.rel), report, model, same_vectors, now_ns)
         if self.sessions_dir is not None:
             self._reconcile_sessions(
                 store, report, stored, fresh=fresh, model=model, same_vectors=same_vectors
@@ -298,6 +268,73 @@ class Syncer(TranscriptSync):
                     store.delete_file(path)
                     store.bump_generation()
                 report.removed += 1
+
+    def _sync_one(
+        self,
+        store: Store,
+        f: SourceFile,
+        row: FileRow | None,
+        report: SyncReport,
+        model: str,
+        same_vectors: bool,
+        now_ns: int,
+    ) -> None:
+        """Index ``f`` unless its size, mtime (or, when racy, content hash) match ``row``."""
+        racy = now_ns - f.mtime_ns < RACY_NS
+        if row and row.size == f.size and row.mtime_ns == f.mtime_ns and not racy:
+            report.unchanged += 1
+            return
+        try:
+            data = f.abs.read_bytes()
+        except FileNotFoundError:
+            return  # vanished since the walk; the next sync removes its rows
+        except OSError as exc:
+            report.errors.append((f.rel, f"cannot read: {exc.strerror or exc}"))
+            return
+        file_hash = hashlib.sha256(data).hexdigest()
+        if row and row.hash == file_hash:
+            if row.size != f.size or row.mtime_ns != f.mtime_ns:
+                with atomic(store.conn):
+                    store.touch_file(f.rel, f.mtime_ns, f.size)
+            report.unchanged += 1
+            return
+        text = data.decode("utf-8", "replace")
+        if self.config.redact:
+            text = redact(text)  # the index holds redacted text; the file is untouched
+        entry = IndexEntry(
+            f.rel,
+            "memory",
+            f.kind,
+            f.day.isoformat() if f.day else None,
+            f.mtime_ns,
+            f.size,
+            file_hash,
+        )
+        self._index_file(store, entry, text, model, report, same_vectors)
+
+    def _reconcile_paths(self, store: Store, report: SyncReport, paths: set[str]) -> bool:
+        """Sync only ``paths`` (from the watcher or an append); False when a full
+        reconcile is needed instead. A workspace of thousands of files is not walked for one
+        changed daily log."""
+        looked = [(rel, memory_file(self.root, rel, self.config.max_file_bytes)) for rel in paths]
+        if any(status == "rescan" for _, (status, _) in looked):
+            return False
+        identity = Index.stored_identity(store.conn)
+        model = identity.model if identity else KEYWORD_ONLY_MODEL
+        same_vectors = self._same_vectors(store)
+        now_ns = time.time_ns()
+        for rel, (_, f) in sorted(looked, key=lambda x: x[0]):
+            row = store.file(rel)
+            if f is None:
+                if row is not None and row.source == "memory":
+                    with atomic(store.conn):
+                        store.delete_file(rel)
+                        store.bump_generation()
+                    report.removed += 1
+                continue
+            report.scanned += 1
+            self._sync_one(store, f, row, report, model, same_vectors, now_ns)
+        return True
 
     def _index_file(
         self,
@@ -354,6 +391,36 @@ class Syncer(TranscriptSync):
         self.last_error = error
         self.embed_failures += 1
         self.retry_at = time.monotonic() + min(3600.0, 30.0 * 2 ** (self.embed_failures - 1))
+
+    def _reconcile_some(
+        self, store: Store, report: SyncReport, progress: Progress | None, paths: set[str] | None
+    ) -> None:
+        """Reconcile what ``paths`` names: all files (None or "*"), only the transcripts
+        ("sessions/*"), or just the listed memory files."""
+        if paths is not None and paths and paths <= {"sessions/*"}:
+            if self.sessions_dir is not None:
+                stored = {p: r for p, r in store.files().items() if r.source == "sessions"}
+                self._reconcile_sessions(
+                    store,
+                    report,
+                    stored,
+                    fresh=False,
+                    model=self._model(store),
+                    same_vectors=self._same_vectors(store),
+                )
+            return
+        if (
+            paths
+            and not any("*" in p for p in paths)
+            and self._reconcile_paths(store, report, paths)
+        ):
+            return
+        self._reconcile(store, report, progress, fresh=False)
+
+    @staticmethod
+    def _model(store: Store) -> str:
+        identity = Index.stored_identity(store.conn)
+        return identity.model if identity else KEYWORD_ONLY_MODEL
 
     def _same_vectors(self, store: Store) -> bool:
         """True when ``store`` holds vectors of this syncer's embedder (so they may be added)."""

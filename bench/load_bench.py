@@ -1,0 +1,438 @@
+"""Held mixed load (reliability notes §8.2, G8.1): many sessions at a fixed offered rate.
+
+Starts `memd run` as a subprocess (the fake embedder unless --model is given) on a workspace of
+LoCoMo conversations copied COPIES times plus a few "hot" files that an editor rewrites every
+100 ms, then drives it open-loop like wrk2: request i is due at i / RATE and goes to client
+i % CLIENTS (one connection each); latency counts from the due time, so a slow reply delays the
+requests queued behind it instead of hiding them (no coordinated omission). Mix: 70% search
+(keyword and hybrid alternating), 20% get, 10% append. The daemon's RSS, threads, fds and WAL
+are sampled every second; the report gives their first and last values and the slope.
+
+Clients are threads of this process, or of --procs processes; the report says whether the
+client side kept up (its CPU share of one core and how late requests left).
+
+    python bench/load_bench.py [--clients 64] [--rate 500] [--seconds 120] [--copies 25]
+                               [--procs 1] [--model PATH] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import memd_client
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+KINDS = ("keyword", "hybrid", "get", "append")
+HOT = 16
+WORDS = (
+    "orion billing postgres deploy freeze retro cluster staging kafka backup restore vacuum "
+    "index latency budget owner pager rotation schema migration rollback canary release"
+).split()
+
+Plan = list[tuple[float, str, str]]  # (offset from t0 in s, kind, argument)
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def summary(ms: list[float]) -> dict[str, float]:
+    if not ms:
+        return {"n": 0}
+    return {
+        "n": len(ms),
+        "p50_ms": round(pct(ms, 50), 2),
+        "p95_ms": round(pct(ms, 95), 2),
+        "p99_ms": round(pct(ms, 99), 2),
+        "max_ms": round(max(ms), 2),
+        "mean_ms": round(statistics.fmean(ms), 2),
+    }
+
+
+def slope_per_min(ys: list[float], dt: float = 1.0) -> float:
+    """Least-squares slope of samples taken every ``dt`` seconds, per minute."""
+    n = len(ys)
+    if n < 2:
+        return 0.0
+    xs = [i * dt for i in range(n)]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den * 60
+
+
+# -- corpus ---------------------------------------------------------------------------------------
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + "."
+
+
+def hot_text(k: int, version: int) -> str:
+    rng = random.Random(k * 100_003 + version)
+    body = "".join(f"- {sentence(rng)}\n" for _ in range(20))
+    return f"# Hot note {k}\n\nversion hotv{k}x{version}\n\n{body}"
+
+
+def build_corpus(data: Path, ws: Path, copies: int) -> list[str]:
+    """LoCoMo memory files copied ``copies`` times under memory/cNN/, plus HOT files."""
+    (ws / "memory" / "hot").mkdir(parents=True, exist_ok=True)
+    (ws / "MEMORY.md").write_text("# Long-Term Memory\n\nLoad benchmark corpus.\n")
+    for k in range(copies):
+        for conv in sorted(p for p in data.iterdir() if p.is_dir()):
+            target = ws / "memory" / f"c{k:02d}" / conv.name
+            if not target.exists():
+                shutil.copytree(conv / "memory", target)
+    for k in range(HOT):
+        (ws / "memory" / "hot" / f"note-{k}.md").write_text(hot_text(k, 0))
+    return sorted(str(p.relative_to(ws)) for p in ws.rglob("*.md") if p.parent != ws / "memory")
+
+
+def schedule(
+    rels: list[str], queries: list[str], clients: int, rate: float, seconds: float
+) -> list[Plan]:
+    rng = random.Random(42)
+    plans: list[Plan] = [[] for _ in range(clients)]
+    searches = 0
+    for i in range(int(rate * seconds)):
+        r = rng.random()
+        if r < 0.7:
+            kind = "keyword" if searches % 2 == 0 else "hybrid"
+            searches += 1
+            arg = rng.choice(queries)
+        elif r < 0.9:
+            kind, arg = "get", rng.choice(rels)
+        else:
+            kind, arg = "append", f"Load note loadz{i}q from the load benchmark."
+        plans[i % clients].append((i / rate, kind, arg))
+    return plans
+
+
+# -- daemon ---------------------------------------------------------------------------------------
+
+
+def start_daemon(home: Path, sock: Path, model: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, MEMD_HOME=str(home), MEMD_SOCKET=str(sock))
+    env["MEMD_EMBEDDING_PROVIDER"] = "local" if model else "fake"
+    if model:
+        env["MEMD_LOCAL_MODEL"] = model
+    log = open(home / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memd", "--log-level", "info", "run"],
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with memd_client.connect(sock, timeout=2) as c:
+                c.hello()
+                return proc
+        except memd_client.MemdError:
+            time.sleep(0.1)
+    raise SystemExit("daemon did not start; see daemon.log")
+
+
+def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+
+
+def wait_indexed(c: memd_client.Client, ws: str) -> dict[str, Any]:
+    while True:
+        st = c.status(workspace=ws)["workspaces"][0]
+        settled = st["identity"]["state"] == "valid" and not st["freshness"]["rebuilding"]
+        if settled and st["files_indexed"] == st["files_on_disk"] and st["files_pending"] == 0:
+            return st
+        time.sleep(1)
+
+
+class Sampler:
+    """The daemon's RSS, threads, fds and WAL size, once a second."""
+
+    def __init__(self, pid: int, index_dir: Path) -> None:
+        self.proc = psutil.Process(pid)
+        self.index_dir = index_dir
+        self.samples: list[dict[str, float]] = []
+
+    def sample(self) -> dict[str, float]:
+        wal = 0
+        for p in self.index_dir.glob("*.sqlite-wal"):
+            try:
+                wal += p.stat().st_size
+            except FileNotFoundError:
+                pass
+        return {
+            "rss_mb": round(self.proc.memory_info().rss / 2**20, 1),
+            "threads": self.proc.num_threads(),
+            "fds": self.proc.num_fds(),
+            "wal_mb": round(wal / 2**20, 2),
+        }
+
+    def run(self, start: float, seconds: int, stop: threading.Event) -> None:
+        for n in range(seconds + 1):
+            if stop.wait(max(0.0, start + n - time.monotonic())):
+                return
+            self.samples.append(self.sample())
+
+    def report(self) -> dict[str, Any]:
+        if not self.samples:
+            return {}
+        out: dict[str, Any] = {}
+        for key in self.samples[0]:
+            ys = [s[key] for s in self.samples]
+            out[key] = {
+                "start": ys[0],
+                "end": ys[-1],
+                "max": max(ys),
+                "slope_per_min": round(slope_per_min(ys), 3),
+            }
+        return out
+
+
+# -- clients (run in this process or in a worker process) -----------------------------------------
+
+
+def call(c: memd_client.Client, kind: str, arg: str) -> None:
+    if kind in ("keyword", "hybrid"):
+        c.search("load", arg, mode=kind)
+    elif kind == "get":
+        if c.get("load", arg)["missing"]:
+            raise RuntimeError(f"get: {arg} reported missing")
+    else:
+        c.append("load", arg)
+
+
+def run_clients(
+    sock: str, plans: list[Plan], t0: float, warmup: float, deadline: float
+) -> dict[str, Any]:
+    """Drive ``plans`` (one per connection) from monotonic time ``t0``; CLOCK_MONOTONIC is
+    shared by all processes, so several worker processes keep one schedule. Requests still
+    unsent at ``deadline`` (an overloaded daemon's backlog) are counted, not sent."""
+    clients = [memd_client.connect(sock, timeout=30) for _ in plans]
+    lat: dict[str, list[float]] = {k: [] for k in KINDS}
+    lag: list[float] = []
+    errors: list[str] = []
+    unsent = [0]
+    done = [0]  # successful replies, warm-up included
+    lock = threading.Lock()
+    me = psutil.Process()
+
+    def loop(c: memd_client.Client, plan: Plan) -> None:
+        mine: list[tuple[str, float, float]] = []
+        bad: list[str] = []
+        for n, (offset, kind, arg) in enumerate(plan):
+            if time.monotonic() > deadline:
+                with lock:
+                    unsent[0] += len(plan) - n
+                break
+            due = t0 + offset
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            sent = time.monotonic()
+            try:
+                call(c, kind, arg)
+            except Exception as exc:
+                bad.append(f"{kind} {arg!r}: {type(exc).__name__}: {exc}")
+                continue
+            with lock:
+                done[0] += 1
+            if offset >= warmup:
+                mine.append((kind, (time.monotonic() - due) * 1000, (sent - due) * 1000))
+        with lock:
+            for kind, ms, late in mine:
+                lat[kind].append(ms)
+                lag.append(late)
+            errors.extend(bad)
+
+    cpu0 = me.cpu_times()
+    threads = [
+        threading.Thread(target=loop, args=(c, p)) for c, p in zip(clients, plans, strict=True)
+    ]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for c in clients:
+            c.close()
+    cpu1 = me.cpu_times()
+    return {
+        "latencies": lat,
+        "send_lag": lag,
+        "errors": errors,
+        "unsent": unsent[0],
+        "completed": done[0],
+        "cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system),
+        "end": time.monotonic(),
+    }
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
+    ap.add_argument("--model", default="", help="a GGUF for the local provider (default: fake)")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--rate", type=float, default=500.0, help="offered requests per second")
+    ap.add_argument("--seconds", type=int, default=120, help="measured duration")
+    ap.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds first")
+    ap.add_argument("--grace", type=float, default=30.0, help="then stop sending the backlog")
+    ap.add_argument("--copies", type=int, default=25)
+    ap.add_argument("--procs", type=int, default=1, help="client processes")
+    ap.add_argument("--home", default="", help="reuse this MEMD_HOME (corpus, caches)")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the cleanup below
+    data = Path(args.data)
+    queries = [
+        json.loads(line)["question"]
+        for line in (data / "qrels.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    home = Path(args.home or tempfile.mkdtemp(prefix="memd-loadbench-"))
+    home.mkdir(parents=True, exist_ok=True)
+    sock_dir = Path(tempfile.mkdtemp(prefix="memd-l-", dir="/tmp"))
+    sock = sock_dir / "memd.sock"
+    ws = home / "workspace"
+    rels = build_corpus(data, ws, args.copies)
+    plans = schedule(rels, queries, args.clients, args.rate, args.warmup + args.seconds)
+    result: dict[str, Any] = {
+        "clients": args.clients,
+        "offered_rps": args.rate,
+        "seconds": args.seconds,
+        "warmup_s": args.warmup,
+        "client_procs": args.procs,
+        "embedder": Path(args.model).name if args.model else "fake",
+        "cpus": os.cpu_count(),
+    }
+
+    proc = start_daemon(home, sock, args.model)
+    stop = threading.Event()
+    try:
+        with memd_client.connect(sock, timeout=None) as c:
+            c.workspace_add(str(ws), name="load")
+            t = time.perf_counter()
+            c.reindex(workspace="load")
+            st = wait_indexed(c, "load")
+            result["index_seconds"] = round(time.perf_counter() - t, 1)
+            result["files"], result["chunks"] = st["files_indexed"], st["chunks"]
+        print(f"indexed {result['files']} files / {result['chunks']} chunks", file=sys.stderr)
+
+        sampler = Sampler(proc.pid, home / "state" / "indexes")
+        versions = [0] * HOT
+
+        def editor() -> None:
+            rng = random.Random(3)
+            while not stop.wait(0.1):
+                for k in rng.sample(range(HOT), 3):
+                    versions[k] += 1
+                    (ws / "memory" / "hot" / f"note-{k}.md").write_text(hot_text(k, versions[k]))
+
+        margin = 1.0 if args.procs == 1 else 5.0  # time for worker processes to start
+        t0 = time.monotonic() + margin
+        deadline = t0 + args.warmup + args.seconds + args.grace
+        side = [
+            threading.Thread(target=editor, name="editor"),
+            threading.Thread(
+                target=sampler.run, args=(t0 + args.warmup, args.seconds, stop), name="sampler"
+            ),
+        ]
+        for t in side:
+            t.start()
+        me = psutil.Process()
+        cpu0 = me.cpu_times()
+        try:
+            if args.procs == 1:
+                parts = [run_clients(str(sock), plans, t0, args.warmup, deadline)]
+            else:
+                ctx = multiprocessing.get_context("spawn")
+                groups = [plans[i :: args.procs] for i in range(args.procs)]
+                with ProcessPoolExecutor(args.procs, mp_context=ctx) as pool:
+                    futures = [
+                        pool.submit(run_clients, str(sock), g, t0, args.warmup, deadline)
+                        for g in groups
+                    ]
+                    parts = [f.result() for f in futures]
+        finally:
+            stop.set()
+            for t in side:
+                t.join()
+        cpu1 = me.cpu_times()
+        end = max(p["end"] for p in parts)
+        result["resources"] = sampler.report()
+        result["resource_samples"] = sampler.samples
+    finally:
+        stop.set()
+        stop_daemon(proc)
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+    lat = {k: [ms for p in parts for ms in p["latencies"][k]] for k in KINDS}
+    measured = sum(len(v) for v in lat.values())
+    errors = [e for p in parts for e in p["errors"]]
+    lag = [ms for p in parts for ms in p["send_lag"]]
+    wall = end - t0
+    if args.procs == 1:
+        cpu_share = ((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system)) / wall
+    else:
+        cpu_share = max(p["cpu_s"] for p in parts) / wall
+    result["achieved_rps"] = round(measured / (end - t0 - args.warmup), 1)
+    result["completed_rps_overall"] = round(sum(p["completed"] for p in parts) / wall, 1)
+    result["unsent_backlog"] = sum(p["unsent"] for p in parts)
+    if not result["unsent_backlog"]:  # else we cannot tell which appends went out
+        appended = [a for plan in plans for _, k, a in plan if k == "append"]
+        text = "".join(p.read_text() for p in (ws / "memory").glob("*.md"))
+        result["appends_missing"] = sum(a not in text for a in appended)
+    else:
+        result["appends_missing"] = None
+    result["errors"] = len(errors)
+    result["first_errors"] = errors[:10]
+    result["latency_from_schedule"] = {k: summary(v) for k, v in lat.items()}
+    result["all_kinds"] = summary([ms for v in lat.values() for ms in v])
+    # send_lag: how late requests left their client (it includes waiting for the previous
+    # reply on the same connection). A client process near one full core means its own GIL
+    # limits the offered rate.
+    result["client_side"] = {
+        "busiest_process_cpu_of_one_core": round(cpu_share, 2),
+        "send_lag": summary(lag),
+        "verdict": (
+            "client process near one full core: its GIL may limit the offered rate; use --procs"
+            if cpu_share > 0.85
+            else "client side kept up (not the bottleneck)"
+        ),
+    }
+    text = json.dumps(result, indent=2)
+    print(text if len(text) < 20_000 else json.dumps({**result, "resource_samples": "…"}, indent=2))
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    if not args.home:
+        shutil.rmtree(home, ignore_errors=True)
+    return 1 if errors or result["appends_missing"] or result["unsent_backlog"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
