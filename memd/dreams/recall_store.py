@@ -316,13 +316,26 @@ class RecallStore:
         signal: Literal["recall", "daily"] = "recall",
     ) -> int:
         """Count the short-term, promotable results of one search; return how many entries changed."""
-        now = self._clock()
-        stamp, today, qh = _iso(now), self._day(now), query_hash(query)
+        return self.record_many([(query, results, self._clock())], signal=signal)
+
+    def record_many(
+        self,
+        searches: Sequence[tuple[str, Sequence[Mapping[str, Any]], dt.datetime]],
+        *,
+        signal: Literal["recall", "daily"] = "recall",
+    ) -> int:
+        """Record several searches (query, results, when) under one lock, load and save.
+
+        A busy daemon hands its recorder dozens of searches at a time: loading and rewriting
+        the whole store once per search would spend its time parsing JSON.
+        """
         with self.locked():
             entries = self.load()
             touched = 0
-            for result in results:
-                touched += self._apply(entries, result, qh, today, stamp, signal)
+            for query, results, when in searches:
+                stamp, today, qh = _iso(when), self._day(when), query_hash(query)
+                for result in results:
+                    touched += self._apply(entries, result, qh, today, stamp, signal)
             if touched:
                 self.save(entries)
         return touched

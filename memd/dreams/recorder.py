@@ -23,7 +23,7 @@ class RecallRecorder:
     """A thread that writes recalls to each workspace's recall store.
 
     A search only puts its results (and its time) on a queue; the thread drains whatever has
-    accumulated and writes it to each workspace's store under the store's lock.
+    accumulated and writes each workspace's share with one load and one atomic rewrite.
     """
 
     def __init__(self, *, timezone: str = "", clock: Callable[[], datetime] | None = None) -> None:
@@ -79,21 +79,19 @@ class RecallRecorder:
                 except queue.Empty:
                     break
             stopping = any(i is _STOP for i in batch)
+            by_root: dict[Path, list[tuple[str, list[dict[str, Any]], datetime]]] = {}
             for i in batch:
-                if i is _STOP:
-                    continue
-                root, query, results, when = i
+                if i is not _STOP:
+                    root, query, results, when = i
+                    by_root.setdefault(root, []).append((query, results, when))
+            for root, searches in by_root.items():
                 try:
-                    store = RecallStore(root, timezone=self.timezone, clock=_fixed(when))
-                    self.recorded += store.record(query, results)
+                    store = RecallStore(root, timezone=self.timezone)
+                    self.recorded += store.record_many(searches)
                 except Exception as exc:  # a recall store problem never reaches a search
                     logger.warning("recording recalls in %s failed: %s", root, exc)
                 with self._cond:
-                    self._written += 1
+                    self._written += len(searches)
                     self._cond.notify_all()
             if stopping:
                 return
-
-
-def _fixed(when: datetime) -> Callable[[], datetime]:
-    return lambda: when
