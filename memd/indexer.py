@@ -209,7 +209,9 @@ class Indexer:
             raise
         state.sync_started_at = started
         ws.last_report = report
-        if ws.syncer.state()[0] == "mismatched" and not ws.syncer.backing_off():
+        # "missing" after a sync means rows without an identity (an index from an older
+        # memd): like a changed model, that takes a rebuild, or it would stay keyword-only.
+        if ws.syncer.state()[0] in ("mismatched", "missing") and not ws.syncer.backing_off():
             self._start_rebuild(ws, None)
         return report
 

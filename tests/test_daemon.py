@@ -302,3 +302,31 @@ def test_append_then_search_is_fresh(daemon: Daemon, ws: Path) -> None:
         assert fresh["results"] and seen_pending
         st = c.call("status", workspace="agent")["workspaces"][0]
         assert isinstance(st["watcher"]["pending_keys"], list)
+
+
+def test_an_index_without_identity_is_rebuilt_by_the_daemon(ws: Path, fake: FakeEmbedder) -> None:
+    """An index written by an older memd (rows, but no identity this version knows) must be
+    rebuilt in the background, not left keyword-only."""
+    from memd.index.index import Index
+
+    with running_daemon(embedder=fake) as d:
+        with client(d) as c:
+            c.call("workspace_add", path=str(ws), name="agent")
+            c.call("reindex", workspace="agent")
+            index_path = Path(c.call("status", workspace="agent")["workspaces"][0]["index_path"])
+    index = Index(index_path)
+    index.open()
+    with index.writer().conn:
+        index.writer().conn.execute("DELETE FROM meta WHERE key = 'identity'")
+    index.close()
+    with running_daemon(embedder=fake) as d:
+        with client(d) as c:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                st = c.call("status", workspace="agent")["workspaces"][0]
+                if st["identity"]["state"] == "valid" and st["vectors"] == st["chunks"] > 0:
+                    break
+                time.sleep(0.1)
+            assert st["identity"]["state"] == "valid", st["identity"]
+            assert st["vectors"] == st["chunks"] > 0
+            assert c.call("search", workspace="agent", query="staging cluster")["mode"] == "hybrid"
