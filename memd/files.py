@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from memd.lines import read_window
 from memd.workspace import resolve_extra_paths
 from memd_client.errors import BadRequest, PathRefused
 
@@ -22,7 +23,6 @@ logger = logging.getLogger(__name__)
 MAX_PATH_CHARS = 4096
 MAX_LINES = 10_000
 _ROOT_NAMES = ("MEMORY.md", "memory.md", "DREAMS.md")
-_SKIP_CHUNK = 1 << 16
 _O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _O_DIR = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -238,19 +238,6 @@ def _open_error(exc: OSError) -> PathRefused:
     return _refuse(f"cannot open: {exc.strerror}")
 
 
-def _read_line(f: BinaryIO, cap: int) -> tuple[bytes, bool] | None:
-    """Read one line of at most ``cap`` bytes, skipping the rest; None at end of file."""
-    raw = f.readline(cap)
-    if not raw:
-        return None
-    if raw.endswith(b"\n"):
-        return raw, True
-    while True:  # skip the remainder of an over-long line without holding it
-        more = f.readline(_SKIP_CHUNK)
-        if not more or more.endswith(b"\n"):
-            return raw, False
-
-
 def read_lines(
     root: Path,
     path: str,
@@ -295,25 +282,5 @@ def _check_int(name: str, value: object, low: int, high: int | None) -> None:
 
 
 def _window(f: BinaryIO, rel: str, from_line: int, lines: int, max_chars: int) -> GetResult:
-    for _ in range(from_line - 1):
-        if _read_line(f, _SKIP_CHUNK) is None:
-            return GetResult(rel, "", from_line, 0, False, None, missing=False)
-    # A line of more than 4 * (max_chars + 1) bytes has more than max_chars characters.
-    cap = 4 * (max_chars + 1)
-    out: list[str] = []
-    used = 0
-    truncated = False
-    while len(out) < lines and (got := _read_line(f, cap)) is not None:
-        raw, complete = got
-        if complete:
-            raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-        line = raw.decode("utf-8", errors="replace")
-        used += len(line) + (1 if out else 0)
-        if used > max_chars:
-            truncated = True
-            if not out:  # a single over-long line is hard-cut
-                out.append(line[:max_chars])
-            break
-        out.append(line)
-    next_from = from_line + len(out) if truncated else None
-    return GetResult(rel, "\n".join(out), from_line, len(out), truncated, next_from, False)
+    w = read_window(f, from_line, lines, max_chars)
+    return GetResult(rel, w.text, from_line, w.lines, w.truncated, w.next_from, False)

@@ -7,13 +7,14 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
+
+from memd.lines import read_window
 
 __all__ = ["JsonlWindow", "read_jsonl_lines"]
 
 logger = logging.getLogger(__name__)
 
-_SKIP_CHUNK = 1 << 16
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -24,19 +25,6 @@ class JsonlWindow(NamedTuple):
     lines: int
     truncated: bool
     next_from: int | None
-
-
-def _read_line(f: BinaryIO, cap: int) -> tuple[bytes, bool] | None:
-    """Read one line of at most ``cap`` bytes, skipping the rest; None at end of file."""
-    raw = f.readline(cap)
-    if not raw:
-        return None
-    if raw.endswith(b"\n"):
-        return raw, True
-    while True:  # skip the remainder of an over-long line without holding it
-        more = f.readline(_SKIP_CHUNK)
-        if not more or more.endswith(b"\n"):
-            return raw, False
 
 
 def read_jsonl_lines(path: Path, start: int, count: int, max_chars: int) -> JsonlWindow:
@@ -58,29 +46,5 @@ def read_jsonl_lines(path: Path, start: int, count: int, max_chars: int) -> Json
         os.close(fd)
         raise
     with f:
-        return _window(f, start, count, max_chars)
-
-
-def _window(f: BinaryIO, start: int, count: int, max_chars: int) -> JsonlWindow:
-    for _ in range(start - 1):
-        if _read_line(f, _SKIP_CHUNK) is None:
-            return JsonlWindow("", 0, False, None)
-    # A line of more than 4 * (max_chars + 1) bytes has more than max_chars characters.
-    cap = 4 * (max_chars + 1)
-    out: list[str] = []
-    used = 0
-    truncated = False
-    while len(out) < count and (got := _read_line(f, cap)) is not None:
-        raw, complete = got
-        if complete:
-            raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-        line = raw.decode("utf-8", errors="replace")
-        used += len(line) + (1 if out else 0)
-        if used > max_chars:
-            truncated = True
-            if not out:  # a single over-long line is hard-cut
-                out.append(line[:max_chars])
-            break
-        out.append(line)
-    next_from = start + len(out) if truncated else None
-    return JsonlWindow("\n".join(out), len(out), truncated, next_from)
+        w = read_window(f, start, count, max_chars)
+        return JsonlWindow(w.text, w.lines, w.truncated, w.next_from)
