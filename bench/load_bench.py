@@ -25,7 +25,6 @@ import random
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,6 +36,9 @@ from typing import Any
 import psutil
 
 import memd_client
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from socket_bench import start_daemon, stop_daemon  # noqa: E402  (a sibling script)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -127,34 +129,6 @@ def schedule(
 
 
 # -- daemon ---------------------------------------------------------------------------------------
-
-
-def start_daemon(home: Path, sock: Path, model: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, MEMD_HOME=str(home), MEMD_SOCKET=str(sock))
-    env["MEMD_EMBEDDING_PROVIDER"] = "local" if model else "fake"
-    if model:
-        env["MEMD_LOCAL_MODEL"] = model
-    log = open(home / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the process
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memd", "--log-level", "info", "run"],
-        env=env,
-        stdout=log,
-        stderr=log,
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with memd_client.connect(sock, timeout=2) as c:
-                c.hello()
-                return proc
-        except memd_client.MemdError:
-            time.sleep(0.1)
-    raise SystemExit("daemon did not start; see daemon.log")
-
-
-def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(60)
 
 
 def wait_indexed(c: memd_client.Client, ws: str) -> dict[str, Any]:
@@ -331,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
     }
 
-    proc = start_daemon(home, sock, args.model)
+    proc = start_daemon(home, sock, "local" if args.model else "fake", args.model or "")
     stop = threading.Event()
     try:
         with memd_client.connect(sock, timeout=None) as c:

@@ -203,6 +203,12 @@ class Store(SearchReads):
         )
         return pending
 
+    def remove(self, path: str) -> None:
+        """Delete every row of ``path`` in its own transaction and count a new generation."""
+        with atomic(self.conn):
+            self.delete_file(path)
+            self.bump_generation()
+
     def delete_file(self, path: str) -> None:
         ids = [
             int(r[0]) for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))

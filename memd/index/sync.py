@@ -264,9 +264,7 @@ class Syncer(TranscriptSync):
             present = {f.rel for f in found.files}
             gone = [p for p, r in stored.items() if p not in present and r.source == "memory"]
             for path in gone:
-                with atomic(store.conn):
-                    store.delete_file(path)
-                    store.bump_generation()
+                store.remove(path)
                 report.removed += 1
 
     def _sync_one(
@@ -327,9 +325,7 @@ class Syncer(TranscriptSync):
             row = store.file(rel)
             if f is None:
                 if row is not None and row.source == "memory":
-                    with atomic(store.conn):
-                        store.delete_file(rel)
-                        store.bump_generation()
+                    store.remove(rel)
                     report.removed += 1
                 continue
             report.scanned += 1

@@ -87,9 +87,7 @@ class TranscriptSync:
         if complete:
             gone = [p for p, r in stored.items() if p not in present and r.source == "sessions"]
             for path in gone:
-                with atomic(store.conn):
-                    store.delete_file(path)
-                    store.bump_generation()
+                store.remove(path)
                 report.removed += 1
 
     def _session_due(self, path: Path, indexed_size: int, mtime_ns: int) -> bool:
