@@ -17,7 +17,7 @@ from memd.config import SearchConfig
 from memd.embed.base import Embedder
 from memd.index.index import Index
 from memd.index.store import ChunkRow, Store
-from memd.text import mmr_tokens, query_terms
+from memd.text import mmr_tokens, query_terms, tokens_among
 
 __all__ = ["Hit", "SearchOptions", "SearchOutcome", "keyword_match", "search"]
 
@@ -209,27 +209,32 @@ def _keyword_hits(
     rows: Sequence[ChunkRow],
     terms: Sequence[str],
     options: SearchOptions,
-    tokens: dict[int, set[str]],
+    found: dict[int, set[str]],
 ) -> list[Hit]:
+    """Hits for FTS rows; ``found`` receives the query terms each chunk holds as tokens."""
     wanted = set(terms)
     hits = []
     for row in rows:
-        tokens[row.id] = mmr_tokens(row.text)
-        exact = bool(wanted) and wanted <= tokens[row.id]
+        found[row.id] = tokens_among(row.text, wanted)
+        exact = bool(wanted) and found[row.id] == wanted
         hits.append(
             _hit(row, options, text_score=bm25_to_score(row.score), keyword=True, exact=exact)
         )
     return hits
 
 
-def _boost(hit: Hit, text: str, tokens: set[str], terms: Sequence[str]) -> float:
-    """The reference's keyword-only ranking: overlap, density, path and length on top of BM25."""
+def _boost(hit: Hit, text: str, found: set[str], words: int, terms: Sequence[str]) -> float:
+    """The reference's keyword-only ranking: overlap, density, path and length on top of BM25.
+
+    ``found`` holds the query terms that are tokens of ``text``; ``words`` is its count of
+    distinct tokens.
+    """
     query = list(dict.fromkeys(terms))
     if not query:
         return hit.text_score
-    overlap = sum(1 for t in query if t in tokens)
+    overlap = len(found)
     unique_overlap = overlap / len(query)
-    density = overlap / max(1, len(tokens))
+    density = overlap / max(1, words)
     path = hit.path.lower()
     path_boost = 0.18 * sum(1 for t in query if t in path)
     length_boost = min(len(text) / 160, 0.18)
@@ -243,11 +248,12 @@ def _keyword_only(
     options: SearchOptions,
     now: float | None,
 ) -> list[Hit]:
-    tokens: dict[int, set[str]] = {}
-    hits = _keyword_hits(rows, terms, options, tokens)
-    texts = {r.id: r.text for r in rows}
+    found: dict[int, set[str]] = {}
+    hits = _keyword_hits(rows, terms, options, found)
+    by_id = {r.id: r for r in rows}
     for hit in hits:
-        hit.score = _boost(hit, texts[hit.chunk_id], tokens[hit.chunk_id], terms)
+        row = by_id[hit.chunk_id]
+        hit.score = _boost(hit, row.text, found[hit.chunk_id], row.words, terms)
     _decay(store, hits, options, now)
     hits.sort(key=lambda h: (-h.score, -h.text_score, h.path, h.start_line))
     if options.mmr:
@@ -270,9 +276,9 @@ def _merge(
     for row in vector_rows:
         by_id[row.id] = _hit(row, options, vector_score=max(0.0, min(1.0, row.score)))
     if hybrid:
-        tokens: dict[int, set[str]] = {}
-        keyword_hits = _keyword_hits(keyword_rows, terms, options, tokens)
-        relative = _relative_text_scores(keyword_rows, tokens, terms)
+        found: dict[int, set[str]] = {}
+        keyword_hits = _keyword_hits(keyword_rows, terms, options, found)
+        relative = _relative_text_scores(keyword_rows, found, terms)
         for hit in keyword_hits:
             hit.text_score = relative[hit.chunk_id]
             if hit.chunk_id in by_id:
@@ -293,7 +299,7 @@ def _merge(
 
 
 def _relative_text_scores(
-    rows: Sequence[ChunkRow], tokens: dict[int, set[str]], terms: Sequence[str]
+    rows: Sequence[ChunkRow], found: dict[int, set[str]], terms: Sequence[str]
 ) -> dict[int, float]:
     """Keyword scores for the hybrid merge: BM25 relative to this query's best hit, blended
     with the share of query terms the chunk holds.
@@ -308,7 +314,7 @@ def _relative_text_scores(
     out = {}
     for row in rows:
         rel = max(0.0, -row.score) / best if best > 0 else 0.0
-        share = sum(1 for t in query if t in tokens[row.id]) / len(query) if query else 0.0
+        share = len(found[row.id]) / len(query) if query else 0.0
         out[row.id] = (rel + 0.45 * share) / 1.45
     return out
 

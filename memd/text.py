@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -207,6 +207,29 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
             words.append(token)
     content = [w for w in words if w not in STOPWORDS]
     return (content or words), runs
+
+
+def tokens_among(text: str, terms: Iterable[str]) -> set[str]:
+    """The ``terms`` (lower-cased query tokens) that are tokens of ``text``, found
+    without tokenising the whole text when it holds no CJK (a search checks a few query terms
+    against dozens of candidate chunks)."""
+    lowered = text.lower()
+    if not lowered.isascii() and _CJK_CHAR.search(lowered) is not None:
+        return set(terms) & mmr_tokens(lowered)
+    return {t for t in set(terms) if t and _has_token(lowered, t)}
+
+
+def _has_token(text: str, term: str) -> bool:
+    """Whether ``term`` occurs in ``text`` as a whole ``\\w+`` token."""
+    end = len(text) - len(term)
+    at = text.find(term)
+    while at >= 0:
+        before = text[at - 1] if at else " "
+        after = text[at + len(term)] if at < end else " "
+        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+            return True
+        at = text.find(term, at + 1)
+    return False
 
 
 def mmr_tokens(text: str) -> set[str]:

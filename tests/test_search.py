@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from memd.config import Config, SearchConfig
 from memd.embed.fake import FakeEmbedder
@@ -13,6 +15,7 @@ from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
 from memd.index.sync import Syncer
 from memd.search import SearchOptions, bm25_to_score, keyword_match, search
+from memd.text import mmr_tokens, tokens_among
 
 from .conftest import WriteFile
 
@@ -239,3 +242,52 @@ def test_numpy_fallback_ranks_like_vec0(
         finally:
             idx.close()
     assert results[True] == results[False]
+
+
+_WORDS = ["go", "going", "café", "x_y", "ok", "中文", "文本", "s", "42", "ß"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(_WORDS), st.text(alphabet="aogé中文_-' .\n4İ", max_size=6)),
+        max_size=12,
+    ),
+    st.lists(st.one_of(st.sampled_from(_WORDS), st.text(alphabet="aog中_4", max_size=3))),
+)
+@example(["go_"], ["go"])
+@example(["_go"], ["go"])
+@example(["gogo go"], ["go"])
+@example(["cafés café"], ["caf"])
+@example(["go中文"], ["go", "中文", "中"])
+@example(["İgo"], ["go", "i"])
+def test_tokens_among_agrees_with_full_tokenisation(parts: list[str], terms: list[str]) -> None:
+    # The boost checks query terms against candidates without tokenising their whole text;
+    # the answer must be the one full tokenisation gives, whatever the script and punctuation.
+    text = " ".join(parts) if len(parts) % 2 else "".join(parts)
+    lowered_terms = [t.lower() for t in terms]
+    assert tokens_among(text, lowered_terms) == set(lowered_terms) & mmr_tokens(text)
+
+
+def test_migration_counts_words_of_existing_chunks(
+    tmp_path: Path, workspace: Path, write: WriteFile, config: Config
+) -> None:
+    # An index from before the word counts gets them filled in when it is opened, equal to
+    # what a fresh write stores.
+    write("MEMORY.md", "Alpha beta beta gamma.\n\nDelta, epsilon!\n")
+    write("memory/2026-01-02.md", "Zeta eta theta, theta.\n")
+    index = Index(tmp_path / "i.sqlite")
+    index.open()
+    Syncer(index, workspace, config=config.index).sync()
+    conn = index.writer().conn
+    fresh = sorted(conn.execute("SELECT id, words FROM chunks"))
+    texts = {r[0]: r[1] for r in conn.execute("SELECT id, text FROM chunks")}
+    assert len(fresh) == 2
+    assert all(words == len(mmr_tokens(texts[i])) for i, words in fresh)
+    conn.execute("DELETE FROM _migrations WHERE name = 'm005_chunk_word_counts'")
+    conn.execute("ALTER TABLE chunks DROP COLUMN words")
+    index.close()
+    index = Index(tmp_path / "i.sqlite")
+    index.open()
+    assert sorted(index.writer().conn.execute("SELECT id, words FROM chunks")) == fresh
+    index.close()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import apsw
 
 from memd.index.db import atomic
+from memd.text import mmr_tokens
 
 __all__ = ["FTS_TOKENIZER", "MIGRATIONS", "migrate"]
 
@@ -75,11 +76,33 @@ def m004_create_fts_vocab(conn: apsw.Connection) -> None:
     conn.execute("CREATE VIRTUAL TABLE chunks_fts_vocab USING fts5vocab(chunks_fts, 'row')")
 
 
+def m005_chunk_word_counts(conn: apsw.Connection) -> None:
+    # How many distinct tokens each chunk holds (the keyword boost's density denominator),
+    # so a search need not tokenise its candidates' whole texts.
+    conn.execute("ALTER TABLE chunks ADD COLUMN words INTEGER")
+    last = 0
+    while True:
+        rows = [
+            (int(r[0]), str(r[1]))
+            for r in conn.execute(
+                "SELECT id, text FROM chunks WHERE id > ? ORDER BY id LIMIT 2000", (last,)
+            )
+        ]
+        if not rows:
+            return
+        conn.executemany(
+            "UPDATE chunks SET words = ? WHERE id = ?",
+            [(len(mmr_tokens(text)), chunk_id) for chunk_id, text in rows],
+        )
+        last = rows[-1][0]
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     m001_create_tables,
     m002_create_fts,
     m003_index_pending_files,
     m004_create_fts_vocab,
+    m005_chunk_word_counts,
 ]
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from memd.embed.base import Vectors
 from memd.index.db import atomic
 from memd.index.reads import ChunkRow, SearchReads, VectorStore
-from memd.text import fts_body, fts_unigrams, word_tokens
+from memd.text import fts_body, fts_unigrams, mmr_tokens, word_tokens
 
 __all__ = ["ChunkRow", "FileRow", "NewChunk", "Store", "VectorStore"]
 
@@ -172,7 +172,7 @@ class Store(SearchReads):
             embedded = chunk.vector is not None and self.vector_store != "none"
             row = self.conn.execute(
                 "INSERT INTO chunks (path, source, start_line, end_line, hash, model, text, "
-                "embedded, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "words, embedded, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (
                     path,
                     source,
@@ -181,6 +181,7 @@ class Store(SearchReads):
                     chunk.hash,
                     model,
                     chunk.text,
+                    len(mmr_tokens(chunk.text)),
                     int(embedded),
                     now,
                 ),
