@@ -169,15 +169,17 @@ def search(
         if mode != "keyword" and not vector_ok:
             note = _why_no_vectors(embedder, identity, store)
             mode = "keyword"
+        # The query is embedded (on the embedder's own thread, where it has one) while the
+        # keyword half runs here.
+        qvec_future = embedder.start_query(query) if mode != "keyword" and embedder else None
         match, boost_terms = keyword_match(query, store.doc_freqs)
         keyword_rows: list[ChunkRow] = []
         if mode != "vector" and match:
             keyword_rows = store.keyword_candidates(match, options.sources, options.candidates)
-        if mode == "keyword":
+        if qvec_future is None:
             hits = _keyword_only(store, keyword_rows, boost_terms, options, now)
             return SearchOutcome(hits, mode, provider, model, note)
-        assert embedder is not None
-        qvec = embedder.embed_query(query)
+        qvec = qvec_future.result()
         vector_rows = store.vector_candidates(qvec, options.sources, options.candidates)
         hits = _merge(vector_rows, keyword_rows, boost_terms, options, hybrid=mode == "hybrid")
         hits = _finish(store, hits, options, now)

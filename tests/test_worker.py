@@ -75,3 +75,28 @@ def test_stop_fails_queued_jobs_and_joins() -> None:
         queued.result(5)
     with pytest.raises(RuntimeError, match="stopped"):
         worker.submit(["late"])
+
+
+def test_start_query_returns_before_the_vector_is_ready() -> None:
+    # A search runs its keyword half while its query is embedded: start_query must not block
+    # on the embedder, and its future carries the vector (or the embedder's error).
+    inner = Recording()
+    wrapped = WorkerEmbedder(inner)
+    try:
+        future = wrapped.start_query("the query")
+        assert inner.started.wait(5)
+        assert not future.done()  # the embedder is held at its gate: the caller is free
+        inner.gate.set()
+        vector = future.result(5)
+        assert vector.shape == (8,)
+        assert (vector == FakeEmbedder(dims=8).embed_query("the query")).all()
+        inner.fail = True
+        with pytest.raises(EmbedFailure):
+            wrapped.start_query("again").result(5)
+        inner.fail = False
+        plain = FakeEmbedder(dims=8)
+        plain.fail = True
+        with pytest.raises(EmbedFailure):  # the default, synchronous path: error in the future
+            plain.start_query("x").result(0)
+    finally:
+        wrapped.close()

@@ -6,6 +6,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Literal
 
 import numpy as np
@@ -41,6 +42,19 @@ class Embedder(ABC):
         """Embed one search query; return a vector of shape (dims,)."""
         vector: Vectors = self.embed_batch([text], kind="query")[0]
         return vector
+
+    def start_query(self, text: str) -> Future[Vectors]:
+        """Begin embedding a search query; the future's result is its vector of shape (dims,).
+
+        Here the work is done at once; an embedder with a thread of its own overrides this so
+        that a search can run its keyword half while the query is embedded.
+        """
+        future: Future[Vectors] = Future()
+        try:
+            future.set_result(self.embed_query(text))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
 
     def count_tokens(self, text: str) -> int:
         """Count the tokens ``text`` costs this model; an estimate unless the model can tokenize."""

@@ -110,6 +110,19 @@ class WorkerEmbedder(Embedder):
     def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
         return self.worker.embed(texts, kind)
 
+    def start_query(self, text: str) -> Future[Vectors]:
+        future: Future[Vectors] = Future()
+
+        def done(batch: Future[Vectors]) -> None:
+            exc = batch.exception()
+            if exc is not None:
+                future.set_exception(exc)
+            else:
+                future.set_result(batch.result()[0])
+
+        self.worker.submit([text], "query").add_done_callback(done)
+        return future
+
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
