@@ -291,3 +291,29 @@ def test_migration_counts_words_of_existing_chunks(
     index.open()
     assert sorted(index.writer().conn.execute("SELECT id, words FROM chunks")) == fresh
     index.close()
+
+
+def test_document_frequencies_follow_the_index(
+    syncer: Syncer, index: Index, write: WriteFile
+) -> None:
+    # Frequencies are memoised per reader connection; a write by the indexer must show in
+    # the next search on that same connection, or common-term pruning would use stale counts.
+    write("memory/2026-01-01.md", "The heron waited by the river.\n")
+    write("memory/2026-01-02.md", "A quiet day at the desk.\n")
+    syncer.sync()
+    with index.reader() as store:
+        assert store.doc_freqs(["heron", "river", "otter"]) == (
+            {"heron": 1, "river": 1, "otter": 0},
+            2,
+        )
+        conn = store.conn
+    for day in range(3, 6):
+        write(f"memory/2026-01-0{day}.md", "The otter swam past the heron.\n")
+    syncer.sync()
+    with index.reader() as store:
+        assert store.conn is conn  # the pooled connection, with its memo
+        assert store.doc_freqs(["heron", "otter"]) == ({"heron": 4, "otter": 3}, 5)
+    # "heron" is now in most chunks: it leaves the MATCH while the rarer "river" stays.
+    with index.reader() as store:
+        match, _ = keyword_match("heron river", store.doc_freqs)
+    assert match == '"river"'
