@@ -479,3 +479,34 @@ def test_two_processes_racing(workspace: Path) -> None:
     assert entry.recall_count == 100
     assert entry.total_score == pytest.approx(50.0)
     assert not store.lock_path.exists()
+
+
+def test_recorder_keeps_its_own_writes_and_sees_everyone_elses(
+    workspace: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemon's recorder keeps the entries it last saved instead of re-parsing its own
+    # file on every batch; a write by anyone else (promotion in memctl, a hand edit) must
+    # still be seen by its next batch, not overwritten with the recorder's stale copy.
+    recorder = RecallStore(workspace, timezone="UTC", clock=clock)
+    reads: list[Path] = []
+    real_read = recorder._read
+    monkeypatch.setattr(recorder, "_read", lambda p: reads.append(p) or real_read(p))
+    recorder.record("deploy", [hit()])
+    recorder.record("rollback", [hit()])
+    recorder.record("canary", [hit(start=10)])
+    assert reads == [recorder.path]  # parsed once, then its own writes are trusted
+
+    key = "memory:memory/2026-04-01.md:1:2"
+    other = RecallStore(workspace, timezone="UTC", clock=clock)
+    assert other.mark_promoted({key: {}}) == 1
+    recorder.record("deploy again", [hit()])
+    entries = RecallStore(workspace, timezone="UTC").load()
+    assert entries[key].promoted_at is not None  # the promotion survived the next batch
+    assert len(entries[key].query_hashes) == 3
+
+    # A hand edit in place (same inode) is seen too.
+    data = json.loads(recorder.path.read_text())
+    data["entries"][key]["recallCount"] = 40
+    recorder.path.write_text(json.dumps(data))
+    recorder.record("deploy once more", [hit()])
+    assert RecallStore(workspace, timezone="UTC").load()[key].recall_count == 41

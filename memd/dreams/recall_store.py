@@ -208,6 +208,10 @@ class RecallStore:
         except (KeyError, ValueError) as exc:
             raise ValueError(f"timezone {timezone!r} is not a known IANA time zone") from exc
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        # The entries as in the store file with this stat signature, as record_many last left
+        # them: the recorder updates the store many times a minute and need not re-parse its
+        # own writes. Anyone else's write (a new inode, by atomic replace) makes it stale.
+        self._own: tuple[tuple[int, int, int], dict[str, RecallEntry]] | None = None
 
     # -- locking ---------------------------------------------------------------------------------
 
@@ -239,6 +243,13 @@ class RecallStore:
             self._write_atomic(self.path, self.prev_path.read_bytes())  # restore the last good
             return prev
 
+    def _signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
     def _read(self, path: Path) -> dict[str, RecallEntry] | None:
         """The entries of one store file; {} if missing, None if it does not parse."""
         try:
@@ -262,6 +273,10 @@ class RecallStore:
 
     def save(self, entries: Mapping[str, RecallEntry]) -> None:
         """Replace the store atomically (temp file, fsync, rename, fsync dir), keeping ``.prev``."""
+        self._save(entries, current_parses=False)
+
+    def _save(self, entries: Mapping[str, RecallEntry], *, current_parses: bool) -> None:
+        self._own = None
         with self.locked():
             payload = {
                 "version": 1,
@@ -271,7 +286,8 @@ class RecallStore:
             text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
             try:
                 current = self.path.read_bytes()
-                json.loads(current)
+                if not current_parses:
+                    json.loads(current)
             except (OSError, ValueError):
                 current = None  # missing or not good: never copied over the last good .prev
             if current is not None:
@@ -330,14 +346,20 @@ class RecallStore:
         the whole store once per search would spend its time parsing JSON.
         """
         with self.locked():
-            entries = self.load()
+            own, self._own = self._own, None
+            if own is not None and own[0] != self._signature():
+                own = None  # written by someone else since
+            entries = own[1] if own is not None else self.load()
             touched = 0
             for query, results, when in searches:
                 stamp, today, qh = _iso(when), self._day(when), query_hash(query)
                 for result in results:
                     touched += self._apply(entries, result, qh, today, stamp, signal)
             if touched:
-                self.save(entries)
+                self._save(entries, current_parses=own is not None)
+            signature = self._signature()
+            if signature is not None:
+                self._own = (signature, entries)
         return touched
 
     def _apply(
