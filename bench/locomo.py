@@ -1,103 +1,411 @@
-"""Retrieval quality on the LoCoMo workspaces of ../shared/data/locomo-dev.
+"""Retrieval quality on LoCoMo (../shared/data/locomo-dev), measured through the daemon's socket.
 
-Indexes each conversation workspace, runs every question against its own workspace, writes the
-ranked results as JSONL and scores them with ../shared/bench/locomo_score.py.
+Starts `memd run` (bench/socket_bench.py's helpers), registers each conversation workspace with
+`workspace_add`, asks every question of its own workspace with `search` (max_results 10,
+min_score 0) and scores the ranked hits with ../shared/bench/locomo_score.py: R@1/5/10 and MRR,
+overall and by question category, plus the search latency over the socket. Variants: keyword,
+vector and hybrid search, each with MMR or temporal decay where it says so, all served by one
+daemon with the embedding model, and keyword search from a second daemon without any embedder.
 
-    python bench/locomo.py --mode keyword [--embedder fake|local] [--model PATH] [--out FILE]
+    python bench/locomo.py [--variants hybrid,keyword,...] [--embedder local|fake] [--model GGUF]
+                           [--home DIR] [--json OUT]
+
+The workspaces are copied into the MEMD_HOME (the daemon writes next to them; the shared data
+stays untouched), and each daemon gets a MEMD_HOME of its own under it (`daemon-local`,
+`daemon-none`), so `--home DIR` keeps the indexes and the embedding cache between runs: the
+first run embeds the 395 chunks (about 100 s with MiniLM on two cores), later runs start at once.
+Recall recording is switched off: it would write a recall store for every question and compete
+with the searches for the CPU. Prints Markdown tables for docs/benchmarks.md; writes all figures,
+the machine and the library versions as JSON (default bench/results/locomo.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import datetime
+import importlib.metadata
 import json
+import os
+import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from memd.config import Config, SearchConfig
-from memd.embed.base import Embedder
-from memd.index.cache import EmbeddingCache
-from memd.index.index import Index
-from memd.index.sync import Syncer
-from memd.search import SearchOptions, search
+import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+import memd_client
+from memd.config import Config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from socket_bench import (  # noqa: E402
+    ROOT,
+    SHARED,
+    start_daemon,
+    stop_daemon,
+    summary,
+    wait_indexed,
+)
+
+MAX_RESULTS = 10
+KS = (1, 5, 10)
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+# Searches that are not timed, so that the first timed ones do not pay for cold caches.
+WARMUP = 20
+NO_MODEL = "none"
 
 
-def make_embedder(name: str, model: str | None) -> Embedder | None:
-    if name == "none":
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    label: str
+    mode: str
+    decay: bool = False
+    mmr: bool = False
+    # False: served by the daemon started without any embedder (provider "none").
+    model: bool = True
+
+
+VARIANTS = (
+    Variant("keyword", "keyword", "keyword"),
+    Variant("keyword+mmr", "keyword + MMR", "keyword", mmr=True),
+    Variant("keyword+decay", "keyword + temporal decay", "keyword", decay=True),
+    Variant("vector", "vector only", "vector"),
+    Variant("hybrid", "hybrid", "hybrid"),
+    Variant("hybrid+mmr", "hybrid + MMR", "hybrid", mmr=True),
+    Variant("hybrid+decay", "hybrid + temporal decay", "hybrid", decay=True),
+    Variant("keyword-nomodel", "keyword, daemon without embedder", "keyword", model=False),
+)
+
+
+@dataclass
+class Run:
+    """One variant's answers: the results file the scorer reads, and how the daemon replied."""
+
+    variant: Variant
+    results: Path
+    latencies_ms: list[float]
+    modes: collections.Counter[str]
+    notes: collections.Counter[str]
+
+
+def copy_workspaces(data: Path, dest: Path, convs: Iterable[str]) -> dict[str, Path]:
+    """Copy each conversation's Markdown files under ``dest`` (only files that differ, so a
+    reused home keeps its mtimes and its index stays valid)."""
+    roots = {}
+    for conv in convs:
+        for src in sorted((data / conv).rglob("*.md")):
+            target = dest / conv / src.relative_to(data / conv)
+            body = src.read_bytes()
+            if not target.is_file() or target.read_bytes() != body:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(body)
+        roots[conv] = dest / conv
+    return roots
+
+
+def workspace_name(conv: str) -> str:
+    return f"locomo-{conv}"
+
+
+def ask(c: memd_client.Client, variant: Variant, qrels: Sequence[dict[str, Any]], out: Path) -> Run:
+    run = Run(variant, out, [], collections.Counter(), collections.Counter())
+    with out.open("w") as f:
+        for q in qrels:
+            t = time.perf_counter()
+            reply = c.search(
+                workspace_name(q["conv"]),
+                q["question"],
+                max_results=MAX_RESULTS,
+                min_score=0.0,
+                mode=variant.mode,
+                decay=variant.decay,
+                mmr=variant.mmr,
+            )
+            run.latencies_ms.append((time.perf_counter() - t) * 1000)
+            run.modes[reply["mode"]] += 1
+            if reply.get("note"):
+                run.notes[reply["note"]] += 1
+            hits = [
+                {"path": h["path"], "start_line": h["start_line"], "end_line": h["end_line"]}
+                for h in reply["results"]
+            ]
+            f.write(json.dumps({"qid": q["qid"], "results": hits}) + "\n")
+    return run
+
+
+def serve(
+    provider: str,
+    model: str,
+    home: Path,
+    sock: Path,
+    roots: dict[str, Path],
+    qrels: Sequence[dict[str, Any]],
+    variants: Sequence[Variant],
+    runs_dir: Path,
+) -> tuple[dict[str, Any], list[Run]]:
+    """Start a daemon with ``provider``, index the workspaces, ask every variant's questions."""
+    home.mkdir(parents=True, exist_ok=True)
+    code = code_state()
+    proc = start_daemon(
+        home, sock, provider, model, extra_env={"MEMD_DREAMING_RECORD_RECALLS": "false"}
+    )
+    try:
+        with memd_client.connect(sock) as c:  # reindex below waits as long as indexing takes
+            t = time.perf_counter()
+            for conv, root in roots.items():
+                c.workspace_add(root, name=workspace_name(conv))
+            for conv in roots:
+                c.reindex(workspace=workspace_name(conv))
+                wait_indexed(c, workspace_name(conv), vectors=provider != NO_MODEL)
+            index_seconds = time.perf_counter() - t
+            states = [c.status(workspace=workspace_name(conv))["workspaces"][0] for conv in roots]
+            active = {st["provider"]["active"] for st in states}
+            if active != {provider}:
+                raise SystemExit(f"asked for provider {provider!r}, the daemon uses {active}")
+            info: dict[str, Any] = {
+                "provider": provider,
+                "model": states[0]["provider"]["model"],
+                "dims": states[0]["provider"]["dims"],
+                "memd_version": c.hello(client="bench/locomo.py")["version"],
+                "code": code,
+                "sqlite_vec_loaded": states[0]["vector_store"]["sqlite_vec"],
+                "sqlite_vec_version": states[0]["vector_store"]["sqlite_vec_version"],
+                "index_seconds": round(index_seconds, 1),
+                "files": sum(st["files_indexed"] for st in states),
+                "chunks": sum(st["chunks"] for st in states),
+                "vectors": sum(st["vectors"] for st in states),
+                "cache_entries": states[0]["cache_entries"],
+            }
+            for q in qrels[:WARMUP]:
+                c.search(workspace_name(q["conv"]), q["question"], mode=variants[0].mode)
+            runs = []
+            for v in variants:
+                runs.append(ask(c, v, qrels, runs_dir / f"{v.name}.jsonl"))
+                print(f"{v.name}: asked {len(qrels)} questions", file=sys.stderr, flush=True)
+            info["rss_mb_after"] = round(psutil.Process(proc.pid).memory_info().rss / 2**20, 1)
+    finally:
+        stop_daemon(proc)
+    return info, runs
+
+
+def score(qrels: Path, results: Path) -> dict[str, Any]:
+    """The shared scorer's report (run as the data set's README says)."""
+    scorer = SHARED / "bench" / "locomo_score.py"
+    ks = ",".join(map(str, KS))
+    out = subprocess.run(
+        [sys.executable, str(scorer), str(qrels), str(results), "--k", ks],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    report: dict[str, Any] = json.loads(out)
+    return report
+
+
+def figures(run: Run, qrels: Path, by_category: dict[int, Path]) -> dict[str, Any]:
+    overall = score(qrels, run.results)
+    if overall["answered"] != overall["questions"]:
+        raise SystemExit(f"{run.variant.name}: {overall['answered']} of {overall['questions']}")
+    cats = {}
+    for cat, path in by_category.items():
+        part = score(path, run.results)  # the scorer's by_category has no MRR: score subsets
+        cats[str(cat)] = {
+            "name": CATEGORIES.get(cat, "?"),
+            "n": part["questions"],
+            "mrr": part["mrr"],
+            **{f"R@{k}": part[f"R@{k}"] for k in KS},
+        }
+    v = run.variant
+    return {
+        "label": v.label,
+        "daemon": "model" if v.model else "no embedder",
+        "request": {"mode": v.mode, "decay": v.decay, "mmr": v.mmr},
+        "modes_used": dict(run.modes),
+        "notes": dict(run.notes),
+        "mrr": overall["mrr"],
+        **{f"R@{k}": overall[f"R@{k}"] for k in KS},
+        **{f"allR@{k}": overall[f"allR@{k}"] for k in KS},
+        "by_category": cats,
+        "latency_ms": summary(run.latencies_ms),
+    }
+
+
+def version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
         return None
-    if name == "fake":
-        from memd.embed.fake import FakeEmbedder
 
-        return FakeEmbedder()
-    from memd.embed.llama import LlamaEmbedder
 
-    return LlamaEmbedder(model or str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
+def environment() -> dict[str, Any]:
+    import apsw
+
+    cpu = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [ln for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
+        cpu = names[0].split(":", 1)[1].strip() if names else ""
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "cpu": cpu or platform.processor(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "versions": {
+            "memd": version("memd"),
+            "apsw": apsw.apsw_version(),
+            "sqlite": apsw.sqlite_lib_version(),
+            "sqlite-vec": version("sqlite-vec"),
+            "llama-cpp-python": version("llama_cpp_python"),
+            "numpy": version("numpy"),
+            "msgpack": version("msgpack"),
+        },
+    }
+
+
+def code_state() -> dict[str, Any]:
+    """The commit, and the files of memd with edits: a daemon runs the working tree as it is."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--", "memd", "client"], capture_output=True, text=True
+    )
+    return {
+        "commit": head.stdout.strip() or None,
+        "uncommitted": dirty.stdout.splitlines() if dirty.returncode == 0 else None,
+    }
+
+
+def share(value: float, n: int) -> str:
+    """A recall to three places from the scorer's four: rounding its hit count, not 0.xxx5."""
+    return f"{round(value * n) / n:.3f}"
+
+
+def markdown(variants: dict[str, dict[str, Any]], counts: dict[int, int]) -> str:
+    lines = [
+        "| variant | R@1 | R@5 | R@10 | MRR | search p50 (socket) |",
+        "|---|---|---|---|---|---|",
+    ]
+    n = sum(counts.values())
+    for fig in variants.values():
+        lines.append(
+            f"| {fig['label']} | {share(fig['R@1'], n)} | {share(fig['R@5'], n)} "
+            f"| {share(fig['R@10'], n)} | {fig['mrr']:.3f} | {fig['latency_ms']['p50_ms']:.1f} ms |"
+        )
+    cats = sorted(counts)
+    lines += [
+        "",
+        "By category, R@5 ("
+        + ", ".join(f"{c} {CATEGORIES.get(c, '?')} n={counts[c]}" for c in cats)
+        + "):",
+        "",
+        "| variant | " + " | ".join(str(c) for c in cats) + " |",
+        "|---|" + "---|" * len(cats),
+    ]
+    for fig in variants.values():
+        row = " | ".join(share(fig["by_category"][str(c)]["R@5"], counts[c]) for c in cats)
+        lines.append(f"| {fig['label']} | {row} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
-    ap.add_argument("--mode", default="keyword", choices=["keyword", "vector", "hybrid"])
-    ap.add_argument("--embedder", default="none", choices=["none", "fake", "local"])
-    ap.add_argument("--model")
-    ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--decay", action="store_true")
-    ap.add_argument("--mmr", action="store_true")
-    ap.add_argument("--out", default="")
-    ap.add_argument("--home", default="", help="MEMD_HOME to reuse (its embedding cache)")
+    ap.add_argument(
+        "--variants",
+        default=",".join(v.name for v in VARIANTS),
+        help="comma-separated, from: %(default)s",
+    )
+    ap.add_argument("--embedder", default="local", choices=["local", "fake"])
+    ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
+    ap.add_argument("--home", default="", help="MEMD_HOME to keep and reuse (indexes, cache)")
+    ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "locomo.json"))
     args = ap.parse_args(argv)
 
+    known = {v.name: v for v in VARIANTS}
+    wanted = [name.strip() for name in args.variants.split(",") if name.strip()]
+    if unknown := [name for name in wanted if name not in known]:
+        ap.error(f"unknown variants {', '.join(unknown)}; known: {', '.join(known)}")
+    selected = [known[name] for name in wanted]
+
     data = Path(args.data)
-    qrels = [json.loads(line) for line in (data / "qrels.jsonl").open()]
-    embedder = make_embedder(args.embedder, args.model)
-    home = args.home or tempfile.mkdtemp(prefix="memd-locomo-")
-    config = Config.load(env={"MEMD_HOME": home})
-    cache = EmbeddingCache(config.cache_path)
-    options = SearchOptions.from_config(
-        SearchConfig(),
-        mode=args.mode,
-        max_results=args.k,
-        min_score=0.0,
-        decay=args.decay,
-        mmr=args.mmr,
-    )
-    out_path = Path(args.out or tempfile.mkstemp(suffix=".jsonl")[1])
-    indexes: dict[str, Index] = {}
-    t0 = time.monotonic()
-    for conv in sorted({q["conv"] for q in qrels}):
-        index = Index(config.index_dir / f"{conv}.sqlite")
-        index.open()
-        Syncer(index, data / conv, config=config.index, embedder=embedder, cache=cache).sync()
-        indexes[conv] = index
-    index_s = time.monotonic() - t0
-    latencies = []
-    with out_path.open("w") as out:
-        for q in qrels:
-            t = time.perf_counter()
-            outcome = search(indexes[q["conv"]], q["question"], options, embedder=embedder)
-            latencies.append(time.perf_counter() - t)
-            results = [
-                {"path": h.path, "start_line": h.start_line, "end_line": h.end_line}
-                for h in outcome.results
-            ]
-            out.write(json.dumps({"qid": q["qid"], "results": results}) + "\n")
-    latencies.sort()
-    print(
-        f"indexed in {index_s:.1f}s; query p50 {latencies[len(latencies) // 2] * 1000:.2f} ms, "
-        f"p95 {latencies[int(len(latencies) * 0.95)] * 1000:.2f} ms",
-        file=sys.stderr,
-    )
-    for index in indexes.values():
-        index.close()
-    cache.close()
-    scorer = SHARED / "bench" / "locomo_score.py"
-    return subprocess.call([sys.executable, str(scorer), str(data / "qrels.jsonl"), str(out_path)])
+    qrels_path = data / "qrels.jsonl"
+    qrels = [json.loads(line) for line in qrels_path.open()]
+    convs = sorted({q["conv"] for q in qrels})
+    home = Path(args.home or tempfile.mkdtemp(prefix="memd-locomo-")).resolve()
+    runs_dir = home / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    roots = copy_workspaces(data, home / "workspaces", convs)
+    by_category: dict[int, Path] = {}
+    for cat in sorted({q["category"] for q in qrels}):
+        by_category[cat] = runs_dir / f"qrels-category-{cat}.jsonl"
+        by_category[cat].write_text(
+            "".join(json.dumps(q) + "\n" for q in qrels if q["category"] == cat)
+        )
+    model = str(Path(args.model).resolve()) if args.embedder == "local" else ""
+    if model and not Path(model).is_file():
+        raise SystemExit(f"no model at {model}")
+
+    result: dict[str, Any] = environment()
+    result |= {
+        "data": str(data.resolve()),
+        "questions": len(qrels),
+        "categories": {str(c): CATEGORIES.get(c, "?") for c in by_category},
+        "request": {"max_results": MAX_RESULTS, "min_score": 0.0},
+        # What the daemons read for anything a request leaves out (their config file and env).
+        "search_config": asdict(
+            Config.load(env={**os.environ, "MEMD_HOME": str(home / "daemon-none")}).search
+        ),
+        "daemons": {},
+        "variants": {},
+    }
+    sock_dir = Path(tempfile.mkdtemp(prefix="memd-l-", dir="/tmp"))
+    runs: dict[str, Run] = {}
+    try:
+        for provider, wants_model in ((args.embedder, True), (NO_MODEL, False)):
+            group = [v for v in selected if v.model == wants_model]
+            if not group:
+                continue
+            info, done = serve(
+                provider,
+                model if wants_model else "",
+                home / f"daemon-{provider}",
+                sock_dir / "memd.sock",
+                roots,
+                qrels,
+                group,
+                runs_dir,
+            )
+            result["daemons"][provider] = info
+            runs |= {r.variant.name: r for r in done}
+    finally:
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+    for v in selected:  # in the order asked for
+        result["variants"][v.name] = figures(runs[v.name], qrels_path, by_category)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    counts = collections.Counter(q["category"] for q in qrels)
+    print(markdown(result["variants"], dict(counts)))
+    if args.home:
+        print(f"\nfigures in {out}; ranked results in {runs_dir}", file=sys.stderr)
+    else:
+        print(f"\nfigures in {out}", file=sys.stderr)
+        shutil.rmtree(home, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

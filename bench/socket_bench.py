@@ -1,8 +1,8 @@
 """Search latency, concurrency, edit-to-searchable and idle cost of a running daemon.
 
 Builds a ~10,000-chunk workspace from the LoCoMo conversations (each copied COPIES times under
-memory/cNN/, byte for byte, so their vectors come from the embedding cache after the first
-copy), starts `memd run` with the local MiniLM model, and measures over the real socket.
+memory/cNNN/ with moved dates, text byte for byte, so their vectors come from the embedding
+cache after the first copy; see build_corpus), starts `memd run` with the local MiniLM model, and measures over the real socket.
 
     python bench/socket_bench.py [--copies 25] [--queries 300] [--json OUT]
 """
@@ -20,7 +20,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
+from datetime import date, timedelta
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -46,15 +49,30 @@ def summary(ms: list[float]) -> dict[str, float]:
 
 
 def build_corpus(data: Path, ws: Path, copies: int) -> None:
+    """Copy the LoCoMo conversations ``copies`` times into a workspace, deterministically.
+
+    Copy k of a conversation lives under memory/cNNN/<conversation>/ with each daily log's date
+    moved k x 53 weeks on (so the copies span years, as a long-lived agent's logs do). The text
+    is kept byte for byte: after the first copy every chunk's vector comes from the embedding
+    cache, which is what makes 100,000 chunks of real text affordable on two cores.
+    """
     (ws / "memory").mkdir(parents=True)
     (ws / "MEMORY.md").write_text("# Long-Term Memory\n\nBenchmark corpus built from LoCoMo.\n")
     for k in range(copies):
         for conv in sorted(p for p in data.iterdir() if p.is_dir()):
-            target = ws / "memory" / f"c{k:02d}" / conv.name
-            shutil.copytree(conv / "memory", target)
+            target = ws / "memory" / f"c{k:03d}" / conv.name
+            target.mkdir(parents=True)
+            for src in sorted((conv / "memory").glob("*.md")):
+                try:
+                    name = f"{date.fromisoformat(src.stem) + timedelta(weeks=53 * k)}.md"
+                except ValueError:
+                    name = src.name
+                shutil.copyfile(src, target / name)
 
 
-def start_daemon(home: Path, sock: Path, provider: str, model: str) -> subprocess.Popen[bytes]:
+def start_daemon(
+    home: Path, sock: Path, provider: str, model: str, extra_env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = dict(
         os.environ,
         MEMD_HOME=str(home),
@@ -62,6 +80,7 @@ def start_daemon(home: Path, sock: Path, provider: str, model: str) -> subproces
         MEMD_EMBEDDING_PROVIDER=provider,
         MEMD_LOCAL_MODEL=model,
     )
+    env.update(extra_env or {})
     log = open(home / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "memd", "--log-level", "info", "run"],
@@ -87,7 +106,7 @@ def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
 
 def wait_indexed(c: memd_client.Client, ws: str, *, vectors: bool) -> dict[str, object]:
     while True:
-        st = c.status(workspace=ws)["workspaces"][0]
+        st: dict[str, Any] = c.status(workspace=ws)["workspaces"][0]
         settled = st["identity"]["state"] == "valid" and not st["freshness"]["rebuilding"]
         if (
             settled
