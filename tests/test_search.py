@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -317,3 +318,46 @@ def test_document_frequencies_follow_the_index(
     with index.reader() as store:
         match, _ = keyword_match("heron river", store.doc_freqs)
     assert match == '"river"'
+
+
+def test_concurrent_searches_share_a_bounded_reader_pool(
+    syncer: Syncer, index: Index, write: WriteFile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Dozens of sessions searching at once must not each open a connection (and its page
+    # cache): the pool stops at MAX_READERS and the rest wait their turn.
+    import threading
+
+    from memd.index import index as index_module
+
+    for day in range(1, 10):
+        write(f"memory/2026-02-0{day}.md", f"Day {day}: the heron and the otter by the river.\n")
+    syncer.sync()
+    monkeypatch.setattr(index_module, "MAX_READERS", 3)
+    bounded = Index(index.path)
+    bounded.open()
+    opened: list[object] = []
+    real_connect = index_module.connect
+
+    def counting_connect(*args: Any, **kwargs: Any) -> Any:
+        conn = real_connect(*args, **kwargs)
+        opened.append(conn)
+        return conn
+
+    monkeypatch.setattr(index_module, "connect", counting_connect)
+    options = SearchOptions.from_config(SearchConfig(), mode="keyword")
+    found: list[int] = []
+    barrier = threading.Barrier(24)
+
+    def one() -> None:
+        barrier.wait()
+        for _ in range(5):
+            found.append(len(search(bounded, "heron river", options, embedder=None).results))
+
+    threads = [threading.Thread(target=one) for _ in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bounded.close()
+    assert found == [6] * 120
+    assert 1 <= len(opened) <= 3

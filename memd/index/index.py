@@ -18,6 +18,11 @@ from memd.index.identity import Identity
 from memd.index.schema import migrate
 from memd.index.store import Store, VectorStore
 
+# Read connections open at once per index. Each holds a page cache of its own (2 MB), and on
+# a machine of a few cores more concurrent readers only queue for the CPU: 64 sessions
+# searching at once share these instead of growing the daemon by a connection each.
+MAX_READERS = max(4, 4 * (os.cpu_count() or 1))
+
 __all__ = ["Index"]
 
 logger = logging.getLogger(__name__)
@@ -64,7 +69,7 @@ class Index:
     """The database file of one workspace.
 
     One writer connection (used by one thread at a time: the caller serialises writes) and a
-    pool of read-only connections. :meth:`swap_in` replaces the whole file atomically with a
+    pool of at most MAX_READERS read-only connections. :meth:`swap_in` replaces the whole file atomically with a
     database built elsewhere, waiting for readers in flight and reopening everything.
     """
 
@@ -80,6 +85,7 @@ class Index:
         )
         self._lock = _SharedLock()
         self._pool: list[apsw.Connection] = []
+        self._readers = threading.BoundedSemaphore(MAX_READERS)
         self._pool_lock = threading.Lock()
         self._writer: apsw.Connection | None = None
         self.epoch = 0
@@ -139,8 +145,9 @@ class Index:
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[Store]:
-        """A read-only store from the pool, returned to it afterwards."""
-        with self._lock.shared():
+        """A read-only store from the pool (waiting while MAX_READERS are out), returned to it
+        afterwards."""
+        with self._readers, self._lock.shared():
             with self._pool_lock:
                 conn = self._pool.pop() if self._pool else None
             if conn is None:
