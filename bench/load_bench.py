@@ -38,7 +38,13 @@ import psutil
 import memd_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from socket_bench import start_daemon, stop_daemon  # noqa: E402  (a sibling script)
+from socket_bench import (  # noqa: E402  (a sibling script)
+    build_corpus,
+    start_daemon,
+    stop_daemon,
+    summary,
+    wait_indexed,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -50,24 +56,6 @@ WORDS = (
 ).split()
 
 Plan = list[tuple[float, str, str]]  # (offset from t0 in s, kind, argument)
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
-
-
-def summary(ms: list[float]) -> dict[str, float]:
-    if not ms:
-        return {"n": 0}
-    return {
-        "n": len(ms),
-        "p50_ms": round(pct(ms, 50), 2),
-        "p95_ms": round(pct(ms, 95), 2),
-        "p99_ms": round(pct(ms, 99), 2),
-        "max_ms": round(max(ms), 2),
-        "mean_ms": round(statistics.fmean(ms), 2),
-    }
 
 
 def slope_per_min(ys: list[float], dt: float = 1.0) -> float:
@@ -94,15 +82,12 @@ def hot_text(k: int, version: int) -> str:
     return f"# Hot note {k}\n\nversion hotv{k}x{version}\n\n{body}"
 
 
-def build_corpus(data: Path, ws: Path, copies: int) -> list[str]:
-    """LoCoMo memory files copied ``copies`` times under memory/cNN/, plus HOT files."""
-    (ws / "memory" / "hot").mkdir(parents=True, exist_ok=True)
-    (ws / "MEMORY.md").write_text("# Long-Term Memory\n\nLoad benchmark corpus.\n")
-    for k in range(copies):
-        for conv in sorted(p for p in data.iterdir() if p.is_dir()):
-            target = ws / "memory" / f"c{k:02d}" / conv.name
-            if not target.exists():
-                shutil.copytree(conv / "memory", target)
+def build_workspace(data: Path, ws: Path, copies: int) -> list[str]:
+    """The scale corpus of socket_bench (LoCoMo copied ``copies`` times), plus HOT files;
+    returns the memory files' paths for ``get``."""
+    if not (ws / "memory").exists():
+        build_corpus(data, ws, copies)
+    (ws / "memory" / "hot").mkdir(exist_ok=True)
     for k in range(HOT):
         (ws / "memory" / "hot" / f"note-{k}.md").write_text(hot_text(k, 0))
     return sorted(str(p.relative_to(ws)) for p in ws.rglob("*.md") if p.parent != ws / "memory")
@@ -129,15 +114,6 @@ def schedule(
 
 
 # -- daemon ---------------------------------------------------------------------------------------
-
-
-def wait_indexed(c: memd_client.Client, ws: str) -> dict[str, Any]:
-    while True:
-        st = c.status(workspace=ws)["workspaces"][0]
-        settled = st["identity"]["state"] == "valid" and not st["freshness"]["rebuilding"]
-        if settled and st["files_indexed"] == st["files_on_disk"] and st["files_pending"] == 0:
-            return st
-        time.sleep(1)
 
 
 class Sampler:
@@ -293,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     sock_dir = Path(tempfile.mkdtemp(prefix="memd-l-", dir="/tmp"))
     sock = sock_dir / "memd.sock"
     ws = home / "workspace"
-    rels = build_corpus(data, ws, args.copies)
+    rels = build_workspace(data, ws, args.copies)
     plans = schedule(rels, queries, args.clients, args.rate, args.warmup + args.seconds)
     result: dict[str, Any] = {
         "clients": args.clients,
@@ -312,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             c.workspace_add(str(ws), name="load")
             t = time.perf_counter()
             c.reindex(workspace="load")
-            st = wait_indexed(c, "load")
+            st = wait_indexed(c, "load", vectors=True)
             result["index_seconds"] = round(time.perf_counter() - t, 1)
             result["files"], result["chunks"] = st["files_indexed"], st["chunks"]
         print(f"indexed {result['files']} files / {result['chunks']} chunks", file=sys.stderr)
@@ -336,8 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                 target=sampler.run, args=(t0 + args.warmup, args.seconds, stop), name="sampler"
             ),
         ]
-        for t in side:
-            t.start()
+        for worker in side:
+            worker.start()
         me = psutil.Process()
         cpu0 = me.cpu_times()
         try:
@@ -354,8 +330,8 @@ def main(argv: list[str] | None = None) -> int:
                     parts = [f.result() for f in futures]
         finally:
             stop.set()
-            for t in side:
-                t.join()
+            for worker in side:
+                worker.join()
         cpu1 = me.cpu_times()
         end = max(p["end"] for p in parts)
         result["resources"] = sampler.report()

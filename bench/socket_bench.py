@@ -39,11 +39,14 @@ def pct(values: list[float], p: float) -> float:
 
 
 def summary(ms: list[float]) -> dict[str, float]:
+    if not ms:
+        return {"n": 0}
     return {
         "n": len(ms),
         "p50_ms": round(pct(ms, 50), 2),
         "p95_ms": round(pct(ms, 95), 2),
         "p99_ms": round(pct(ms, 99), 2),
+        "max_ms": round(max(ms), 2),
         "mean_ms": round(statistics.fmean(ms), 2),
     }
 
@@ -104,7 +107,7 @@ def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(60)
 
 
-def wait_indexed(c: memd_client.Client, ws: str, *, vectors: bool) -> dict[str, object]:
+def wait_indexed(c: memd_client.Client, ws: str, *, vectors: bool) -> dict[str, Any]:
     while True:
         st: dict[str, Any] = c.status(workspace=ws)["workspaces"][0]
         settled = st["identity"]["state"] == "valid" and not st["freshness"]["rebuilding"]
@@ -156,7 +159,7 @@ def concurrent(
 
 def edit_to_searchable(sock: Path, ws_root: Path, ws: str, edits: int) -> list[float]:
     out = []
-    target = next((ws_root / "memory" / "c00").rglob("*.md"))
+    target = next((ws_root / "memory" / "c000").rglob("*.md"))
     with memd_client.connect(sock) as c:
         for i in range(edits):
             token = f"zqx{i}marker{int(time.time())}"

@@ -24,6 +24,13 @@ def test_mypy_strict() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_mypy_strict_benchmarks() -> None:
+    # The benchmark scripts are not a package; they are checked as files, as strictly.
+    scripts = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bench").glob("*.py"))
+    result = _run("mypy", *scripts)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_ruff() -> None:
     result = _run("ruff", "check", "memd", "client", "tests", "bench")
     assert result.returncode == 0, result.stdout + result.stderr
