@@ -510,3 +510,34 @@ def test_recorder_keeps_its_own_writes_and_sees_everyone_elses(
     recorder.path.write_text(json.dumps(data))
     recorder.record("deploy once more", [hit()])
     assert RecallStore(workspace, timezone="UTC").load()[key].recall_count == 41
+
+
+def test_recorder_gathers_searches_into_few_rewrites(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A busy daemon's searches must not each rewrite the store (a rewrite holds the GIL the
+    # searches need): the recorder lets them gather, then counts every one of them.
+    from memd.dreams.recorder import RecallRecorder
+
+    batches: list[int] = []
+    real = RecallStore.record_many
+
+    def spy(self: RecallStore, searches: Any, **kw: Any) -> int:
+        batches.append(len(searches))
+        return real(self, searches, **kw)
+
+    monkeypatch.setattr(RecallStore, "record_many", spy)
+    recorder = RecallRecorder(timezone="UTC")
+    recorder.start()
+    try:
+        for i in range(40):
+            recorder.submit(workspace, f"query {i}", [hit()])
+            time.sleep(0.005)
+        assert recorder.wait_idle(10)
+    finally:
+        recorder.stop()
+    assert sum(batches) == 40
+    assert len(batches) <= 3  # 40 searches over ~0.2 s: gathered, not written one by one
+    (entry,) = RecallStore(workspace, timezone="UTC").load().values()
+    assert entry.recall_count == 40  # every search counted; query hashes capped at 32
+    assert len(entry.query_hashes) == 32

@@ -11,7 +11,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
@@ -180,12 +180,38 @@ def _opt_str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
+def _entry_line(key: str, entry: RecallEntry) -> str:
+    return (
+        json.dumps(key, ensure_ascii=False) + ": " + json.dumps(entry.to_json(), ensure_ascii=False)
+    )
+
+
+def _store_text(updated_at: str, lines: Iterable[str]) -> str:
+    """The store file, one entry per line (see _entry_line). json.dumps with ``indent`` runs
+    the pure-Python encoder, several times slower than the C one a line at a time uses; a
+    store of thousands of entries is rewritten often, by a thread sharing the GIL with
+    searches."""
+    body = ",\n    ".join(lines)
+    head = f'{{\n  "version": 1,\n  "updatedAt": {json.dumps(updated_at)},\n  "entries": {{'
+    return head + (f"\n    {body}\n  }}\n}}\n" if body else "}\n}\n")
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@dataclass
+class _Own:
+    """What record_many keeps between calls: the entries as in the store file with this stat
+    signature (inode, size, mtime_ns), and each entry's serialised line."""
+
+    signature: tuple[int, int, int] | None
+    entries: dict[str, RecallEntry]
+    lines: dict[str, str]
 
 
 class RecallStore:
@@ -211,7 +237,7 @@ class RecallStore:
         # The entries as in the store file with this stat signature, as record_many last left
         # them: the recorder updates the store many times a minute and need not re-parse its
         # own writes. Anyone else's write (a new inode, by atomic replace) makes it stale.
-        self._own: tuple[tuple[int, int, int], dict[str, RecallEntry]] | None = None
+        self._own: _Own | None = None
 
     # -- locking ---------------------------------------------------------------------------------
 
@@ -273,17 +299,12 @@ class RecallStore:
 
     def save(self, entries: Mapping[str, RecallEntry]) -> None:
         """Replace the store atomically (temp file, fsync, rename, fsync dir), keeping ``.prev``."""
-        self._save(entries, current_parses=False)
+        self._save((_entry_line(k, e) for k, e in entries.items()), current_parses=False)
 
-    def _save(self, entries: Mapping[str, RecallEntry], *, current_parses: bool) -> None:
+    def _save(self, lines: Iterable[str], *, current_parses: bool) -> None:
         self._own = None
         with self.locked():
-            payload = {
-                "version": 1,
-                "updatedAt": _iso(self._clock()),
-                "entries": {key: e.to_json() for key, e in entries.items()},
-            }
-            text = json.dumps(payload, indent=2, ensure_ascii=False) + "\n"
+            text = _store_text(_iso(self._clock()), lines)
             try:
                 current = self.path.read_bytes()
                 if not current_parses:
@@ -347,19 +368,27 @@ class RecallStore:
         """
         with self.locked():
             own, self._own = self._own, None
-            if own is not None and own[0] != self._signature():
+            if own is not None and own.signature != self._signature():
                 own = None  # written by someone else since
-            entries = own[1] if own is not None else self.load()
+            if own is None:
+                own = _Own(None, self.load(), {})
+            entries, lines = own.entries, own.lines
             touched = 0
             for query, results, when in searches:
                 stamp, today, qh = _iso(when), self._day(when), query_hash(query)
                 for result in results:
-                    touched += self._apply(entries, result, qh, today, stamp, signal)
+                    key = self._apply(entries, result, qh, today, stamp, signal)
+                    if key is not None:
+                        lines.pop(key, None)
+                        touched += 1
             if touched:
-                self._save(entries, current_parses=own is not None)
-            signature = self._signature()
-            if signature is not None:
-                self._own = (signature, entries)
+                for key, entry in entries.items():
+                    if key not in lines:
+                        lines[key] = _entry_line(key, entry)
+                self._save((lines[k] for k in entries), current_parses=own.signature is not None)
+            own.signature = self._signature()
+            if own.signature is not None:
+                self._own = own
         return touched
 
     def _apply(
@@ -370,19 +399,20 @@ class RecallStore:
         today: str,
         stamp: str,
         signal: str,
-    ) -> int:
+    ) -> str | None:
+        """Count one result into ``entries``; return the key of the entry it changed."""
         path, start, end = result.get("path"), result.get("start_line"), result.get("end_line")
         if not isinstance(path, str) or not is_short_term(path):
-            return 0
+            return None
         if result.get("source", "memory") != "memory":
-            return 0
+            return None
         if not _is_int(start) or not _is_int(end) or not 1 <= start <= end:
-            return 0
+            return None
         snippet = result.get("snippet")
         if snippet is None:
             snippet = self._read_lines(path, start, end)
         if not isinstance(snippet, str) or not is_promotable(snippet):
-            return 0
+            return None
         score = result.get("score")
         score = min(1.0, max(0.0, float(score))) if _is_num(score) else 0.0
         key = entry_key(path, start, end)
@@ -402,7 +432,7 @@ class RecallStore:
         entry.query_hashes = _recent_distinct(entry.query_hashes, qh, MAX_QUERY_HASHES)
         entry.recall_days = sorted({*entry.recall_days, today})[-MAX_RECALL_DAYS:]
         entry.concept_tags = concept_tags(path, entry.snippet)
-        return 1
+        return key
 
     def _read_lines(self, path: str, start: int, end: int) -> str | None:
         """The text of lines ``start..end`` of a workspace file, for results given without one."""

@@ -18,12 +18,17 @@ logger = logging.getLogger(__name__)
 
 _STOP = object()
 
+# Searches gather this long before a store is rewritten: one rewrite per workspace per second
+# at most, whatever the search rate (a recall's count is not urgent; wait_idle hurries it).
+GATHER_S = 1.0
+
 
 class RecallRecorder:
     """A thread that writes recalls to each workspace's recall store.
 
-    A search only puts its results (and its time) on a queue; the thread drains whatever has
-    accumulated and writes each workspace's share with one load and one atomic rewrite.
+    A search only puts its results (and its time) on a queue; the thread lets them gather for
+    GATHER_S, then writes each workspace's share with one atomic rewrite. It keeps one
+    RecallStore per workspace, which trusts its own last write instead of parsing it again.
     """
 
     def __init__(self, *, timezone: str = "", clock: Callable[[], datetime] | None = None) -> None:
@@ -36,6 +41,8 @@ class RecallRecorder:
         self._cond = threading.Condition()
         self._queued = 0
         self._written = 0
+        self._hurry = threading.Event()
+        self._stores: dict[Path, RecallStore] = {}
         self.recorded = 0
         self.dropped = 0
 
@@ -45,6 +52,7 @@ class RecallRecorder:
     def stop(self, timeout: float = 10.0) -> None:
         """Write what is queued, then stop."""
         self._queue.put(_STOP)
+        self._hurry.set()
         self._thread.join(timeout)
 
     def submit(self, root: Path, query: str, results: Sequence[Mapping[str, Any]]) -> None:
@@ -67,11 +75,15 @@ class RecallRecorder:
         """Block until everything submitted before this call is written (tests, promotion)."""
         with self._cond:
             target = self._queued
+            self._hurry.set()
             return self._cond.wait_for(lambda: self._written >= target, timeout)
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            if item is not _STOP:
+                self._hurry.wait(GATHER_S)
+            self._hurry.clear()
             batch = [item]
             while True:
                 try:
@@ -86,7 +98,9 @@ class RecallRecorder:
                     by_root.setdefault(root, []).append((query, results, when))
             for root, searches in by_root.items():
                 try:
-                    store = RecallStore(root, timezone=self.timezone)
+                    store = self._stores.get(root)
+                    if store is None:
+                        store = self._stores[root] = RecallStore(root, timezone=self.timezone)
                     self.recorded += store.record_many(searches)
                 except Exception as exc:  # a recall store problem never reaches a search
                     logger.warning("recording recalls in %s failed: %s", root, exc)
