@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -178,6 +179,16 @@ def _strs(v: Any) -> list[str]:
 
 def _opt_str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _snippet_facts(path: str, snippet: str) -> tuple[bool, str, tuple[str, ...]]:
+    """(promotable, collapsed text, concept tags) of a result's snippet. The same chunks come
+    back search after search, and these regex passes were most of the recorder's time."""
+    if not is_promotable(snippet):
+        return False, "", ()
+    collapsed = collapse(snippet)
+    return True, collapsed, tuple(concept_tags(path, collapsed))
 
 
 def _entry_line(key: str, entry: RecallEntry) -> str:
@@ -411,7 +422,10 @@ class RecallStore:
         snippet = result.get("snippet")
         if snippet is None:
             snippet = self._read_lines(path, start, end)
-        if not isinstance(snippet, str) or not is_promotable(snippet):
+        if not isinstance(snippet, str):
+            return None
+        promotable, collapsed, tags = _snippet_facts(path, snippet)
+        if not promotable:
             return None
         score = result.get("score")
         score = min(1.0, max(0.0, float(score))) if _is_num(score) else 0.0
@@ -427,11 +441,11 @@ class RecallStore:
                 entry.recall_count += 1
             entry.total_score += score
             entry.max_score = max(entry.max_score, score)
-        entry.snippet = collapse(snippet)
+        entry.snippet = collapsed
         entry.last_recalled_at = stamp
         entry.query_hashes = _recent_distinct(entry.query_hashes, qh, MAX_QUERY_HASHES)
         entry.recall_days = sorted({*entry.recall_days, today})[-MAX_RECALL_DAYS:]
-        entry.concept_tags = concept_tags(path, entry.snippet)
+        entry.concept_tags = list(tags)
         return key
 
     def _read_lines(self, path: str, start: int, end: int) -> str | None:
