@@ -35,6 +35,7 @@ class _FreqMemo:
     version: tuple[int, int]
     docs: dict[str, int]
     total: int | None = None
+    embedded: int | None = None
 
 
 _memos: weakref.WeakKeyDictionary[apsw.Connection, _FreqMemo] = weakref.WeakKeyDictionary()
@@ -92,6 +93,18 @@ class SearchReads:
             memo.total = int(row[0]) if row else 0
         return {term: memo.docs[stem] for term, stem in stems.items()}, memo.total
 
+    def _embedded_count(self) -> int:
+        """Chunks with a vector. Counted as all chunks less the unembedded ones, which a
+        partial index holds: ``WHERE embedded = 1`` read every row (8 ms at 10,000 chunks)."""
+        memo = _freq_memo(self.conn)
+        if memo.embedded is None:
+            row = self.conn.execute(
+                "SELECT (SELECT count(*) FROM chunks) - "
+                "(SELECT count(*) FROM chunks WHERE embedded = 0)"
+            ).fetchone()
+            memo.embedded = int(row[0]) if row else 0
+        return memo.embedded
+
     def keyword_candidates(
         self, match: str, sources: Sequence[str] | None, limit: int
     ) -> list[ChunkRow]:
@@ -129,8 +142,7 @@ class SearchReads:
         self, query: Vectors, sources: Sequence[str] | None, limit: int
     ) -> list[ChunkRow]:
         blob = np.ascontiguousarray(query, dtype=np.float32).tobytes()
-        total_row = self.conn.execute("SELECT count(*) FROM chunks WHERE embedded = 1").fetchone()
-        total = int(total_row[0]) if total_row else 0
+        total = self._embedded_count()
         if total == 0:
             return []
         k = min(total, limit, 4096)

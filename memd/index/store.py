@@ -267,12 +267,14 @@ class Store(SearchReads):
 
     def counts(self) -> dict[str, int]:
         one = self.conn.execute(
+            # Unembedded chunks are in a partial index; "embedded = 1" would read every row.
             "SELECT (SELECT count(*) FROM files), (SELECT count(*) FROM chunks), "
-            "(SELECT count(*) FROM chunks WHERE embedded = 1), "
+            "(SELECT count(*) FROM chunks WHERE embedded = 0), "
             "(SELECT count(*) FROM files WHERE pending > 0)"
         ).fetchone()
         assert one is not None
-        files, chunks, embedded, pending = (int(x) for x in one)
+        files, chunks, unembedded, pending = (int(x) for x in one)
+        embedded = chunks - unembedded
         table = self._vector_table()
         vectors = 0
         if table is not None and self.table_exists(table):
