@@ -444,3 +444,48 @@ def test_targeted_sync_reads_only_the_named_paths(
     report = syncer.sync(paths={"notes/x.md"})
     assert {row[0] for row in dump(index)} == {"MEMORY.md", "memory/b.md"}
     assert index.writer().integrity() == []
+
+
+def test_a_growing_log_rewrites_only_its_tail(
+    syncer: Syncer,
+    config: Config,
+    workspace: Path,
+    write: WriteFile,
+    fake: FakeEmbedder,
+    index: Index,
+) -> None:
+    # A daily log grows by appends all day; each sync must keep the rows of the chunks that
+    # did not change (ids, FTS entries, vectors) and still equal a fresh rebuild.
+    lines = [f"- 10:{i:02d} note {i} about the orion cluster and its backups\n" for i in range(60)]
+    path = write("memory/2026-03-01.md", "".join(lines))
+    syncer.sync()
+    write("memory/2026-03-02.md", "Another day.\n")  # its chunk takes the next id
+    syncer.sync()
+    rel = "memory/2026-03-01.md"
+
+    def rows() -> list[tuple[int, int, int]]:
+        with index.reader() as store:
+            return [
+                (int(r[0]), int(r[1]), int(r[2]))
+                for r in store.conn.execute(
+                    "SELECT id, start_line, end_line FROM chunks WHERE path = ? "
+                    "ORDER BY start_line",
+                    (rel,),
+                )
+            ]
+
+    before = rows()
+    assert len(before) >= 3
+    with path.open("a") as f:
+        f.write("- 11:00 one more note about the canary release\n")
+    assert syncer.sync().indexed == 1
+    after = rows()
+    assert after[:-1] == before[:-1]  # unchanged chunks keep their rows
+    assert after[-1][0] > max(i for i, _, _ in before)  # the tail is a new row
+    assert after[-1][2] == before[-1][2] + 1
+    assert dump(index) == fresh_rebuild_dump(config, workspace, fake)
+
+    # Rewritten from the top: still a rebuild's equal.
+    path.write_text("# Rewritten\n\n" + "".join(lines[:10]))
+    syncer.sync()
+    assert dump(index) == fresh_rebuild_dump(config, workspace, fake)

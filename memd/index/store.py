@@ -163,12 +163,39 @@ class Store(SearchReads):
         model: str,
         chunks: Sequence[NewChunk],
     ) -> int:
-        """Replace every row of ``path`` (chunks, FTS, vectors, file row); return pending count."""
-        self.delete_file(path)
+        """Replace every row of ``path`` (chunks, FTS, vectors, file row); return pending count.
+
+        Chunks that are already there unchanged (same lines, text and model) keep their rows,
+        FTS entries and vectors: a daily log that grows by appends rewrites only its tail.
+        """
+        kept: dict[tuple[int, int, str], tuple[int, bool]] = {}
+        stale: list[int] = []
+        for chunk_id, start, end, chunk_hash, row_model, row_embedded in self.conn.execute(
+            "SELECT id, start_line, end_line, hash, model, embedded FROM chunks WHERE path = ?",
+            (path,),
+        ):
+            key = (int(start), int(end), str(chunk_hash))
+            if row_model == model and key not in kept:
+                kept[key] = (int(chunk_id), bool(row_embedded))
+            else:
+                stale.append(int(chunk_id))
+        wanted = {(c.start_line, c.end_line, c.hash) for c in chunks}
+        stale += [chunk_id for key, (chunk_id, _) in kept.items() if key not in wanted]
+        self._delete_chunks(stale)
+        self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
         now = _now_ms()
         path_words = _path_words(path)
         pending = 0
         for chunk in chunks:
+            old = kept.get((chunk.start_line, chunk.end_line, chunk.hash))
+            if old is not None:
+                chunk_id, embedded = old
+                if not embedded and chunk.vector is not None and self.vector_store != "none":
+                    self.conn.execute("UPDATE chunks SET embedded = 1 WHERE id = ?", (chunk_id,))
+                    self._insert_vector(chunk_id, chunk.vector)
+                elif not embedded and self.vector_store != "none":
+                    pending += 1
+                continue
             embedded = chunk.vector is not None and self.vector_store != "none"
             row = self.conn.execute(
                 "INSERT INTO chunks (path, source, start_line, end_line, hash, model, text, "
@@ -214,11 +241,15 @@ class Store(SearchReads):
         ids = [
             int(r[0]) for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))
         ]
+        self._delete_chunks(ids)
+        self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
+
+    def _delete_chunks(self, ids: Sequence[int]) -> None:
+        """Delete chunk rows with their FTS entries and vectors."""
         if ids:
             self.conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in ids])
             self._delete_vectors(ids)
-            self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
-        self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
+            self.conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in ids])
 
     def unembedded(self, path: str) -> list[tuple[int, str, str]]:
         """(id, hash, text) of the chunks of ``path`` that still lack a vector."""
