@@ -176,8 +176,11 @@ def edit_to_searchable(sock: Path, ws_root: Path, ws: str, edits: int) -> list[f
     return out
 
 
-def idle_cost(pid: int, seconds: float = 10.0) -> dict[str, float]:
+def idle_cost(pid: int, seconds: float = 20.0, settle: float = 5.0) -> dict[str, float]:
+    """CPU share and RSS of a daemon left alone, after ``settle`` seconds for the work the
+    last requests queued (recall recording, a debounced sync) to finish."""
     p = psutil.Process(pid)
+    time.sleep(settle)
     p.cpu_percent(None)
     time.sleep(seconds)
     return {
