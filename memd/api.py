@@ -6,11 +6,12 @@ methods never see a socket or msgpack.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +29,7 @@ from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.registry import save_registry
 from memd.scopes import Caller, allowed_sources, is_longterm
 from memd.service import MemoryService, Workspace
-from memd_client.errors import BadRequest, PathRefused, Timeout
+from memd_client.errors import BadRequest, IndexError_, PathRefused, Timeout
 from memd_client.protocol import PROTOCOL_VERSION
 
 __all__ = ["Api"]
@@ -114,8 +115,8 @@ class Api:
         future = self.indexer.request_sync(ws, priority=URGENT)
         try:
             future.result(timeout=wait_ms / 1000)
-        except FutureTimeout:
-            pass
+        except (FutureTimeout, IndexError_):
+            pass  # the reply's freshness says what is still pending
         return int((time.monotonic() - start) * 1000)
 
     # -- methods --------------------------------------------------------------------------------
@@ -160,7 +161,11 @@ class Api:
                 "enabled": self.service.config.dreaming.enabled,
                 "next_run": nxt.isoformat() if nxt else None,
             }
-            st["freshness"] = self.freshness(ws)
+            fresh = st["freshness"] = self.freshness(ws)
+            # status walked the workspace itself: files it saw differ from the index count as
+            # pending even before (or without) the watcher reporting them.
+            fresh["pending_files"] = max(fresh["pending_files"], st["files_stale"])
+            fresh["fresh"] = fresh["pending_files"] == 0
             watcher = dict(self.watcher_state(ws))
             watcher["pending_keys"] = sorted(watcher.get("pending_keys") or ())
             st["watcher"] = watcher
@@ -322,7 +327,8 @@ class Api:
             score = float_param(item, "score", 0.0, 1.0)
             clean.append({"path": path, "start_line": start, "end_line": end, "score": score})
         store = RecallStore(ws.root, timezone=self.service.config.timezone, clock=self.clock)
-        return {"recorded": store.record(query or "", clean)}
+        with _workspace_write("record recalls"):
+            return {"recorded": store.record(query or "", clean)}
 
     def promote(self, params: Mapping[str, Any]) -> dict[str, Any]:
         only(
@@ -352,16 +358,17 @@ class Api:
         if self.recorder is not None:
             self.recorder.wait_idle()
         apply = bool(bool_param(params, "apply"))
-        result = run_promotion(
-            ws.root,
-            thresholds,
-            apply=apply,
-            explain=str_param(params, "explain", required=False),
-            include_promoted=bool(bool_param(params, "include_promoted")),
-            max_chars=self.service.config.dreaming.memory_max_chars,
-            timezone=self.service.config.timezone,
-            clock=self.clock,
-        )
+        with _workspace_write("promote"):
+            result = run_promotion(
+                ws.root,
+                thresholds,
+                apply=apply,
+                explain=str_param(params, "explain", required=False),
+                include_promoted=bool(bool_param(params, "include_promoted")),
+                max_chars=self.service.config.dreaming.memory_max_chars,
+                timezone=self.service.config.timezone,
+                clock=self.clock,
+            )
         if apply and result["applied"]:
             self._wait_fresh(ws, 10_000)  # MEMORY.md changed: searchable before we answer
         result["workspace"] = ws.name
@@ -452,6 +459,16 @@ def _ws_entry(ws: Workspace) -> dict[str, Any]:
         entry["sessions_dir"] = str(ws.sessions_dir)
         entry["agent_id"] = ws.agent_id
     return entry
+
+
+@contextlib.contextmanager
+def _workspace_write(what: str) -> Iterator[None]:
+    """A write into the workspace the OS refuses (read-only, disk full) is a typed error."""
+    try:
+        yield
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise PathRefused(f"cannot {what}: {exc.strerror or exc}{where}") from None
 
 
 def _indexed_as_on_disk(store: Any, root: Path, rel: str) -> bool:

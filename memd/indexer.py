@@ -23,6 +23,7 @@ from typing import Any
 from memd.index.sync import SyncReport
 from memd.journal import Appended, append_daily
 from memd.service import MemoryService, Workspace
+from memd_client.errors import IndexError_
 
 __all__ = ["Indexer", "URGENT", "WATCH", "RECONCILE"]
 
@@ -124,6 +125,9 @@ class Indexer:
         return job.future
 
     def reindex(self, ws: Workspace, *, force: bool) -> Future[SyncReport]:
+        # Asked for explicitly (after fixing a provider or freeing disk space): embedding that
+        # waits after a failure tries again now.
+        ws.syncer.reset_backoff()
         if not force:
             return self.request_sync(ws, priority=URGENT)
         future: Future[SyncReport] = Future()
@@ -187,7 +191,13 @@ class Indexer:
                 appended = append_daily(ws.root, job.payload, timezone=self.service.config.timezone)
                 with self._lock:
                     self._states.setdefault(ws.root, _State()).dirty.add(appended.path)
-                self._sync(ws, None)
+                try:
+                    self._sync(ws, None)
+                except IndexError_ as exc:  # the text is on disk: say so, or a retry doubles it
+                    raise IndexError_(
+                        f"append: the text is on disk in {appended.path} (lines "
+                        f"{appended.start_line}-{appended.end_line}) but not searchable yet: {exc}"
+                    ) from None
                 job.future.set_result(appended)
         except Exception as exc:  # handed to whoever waits; the writer goes on
             logger.warning("%s of %s failed: %s", job.kind, ws.name, exc)

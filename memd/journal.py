@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import stat
@@ -37,7 +38,9 @@ def append_daily(
 
     The entry goes out in one ``write`` on an ``O_APPEND`` descriptor (so a concurrent writer can
     never be overwritten), preceded by a newline when the file does not end with one, then
-    fsynced. Symlinks are refused for the folder and the file alike.
+    fsynced. Symlinks are refused for the folder and the file alike. A write the disk refuses
+    (full, read-only, I/O error) is undone, leaving the file as it was, and raised as PathRefused
+    naming the cause.
     """
     if not isinstance(text, str):
         raise BadRequest("text must be a string")
@@ -56,37 +59,70 @@ def append_daily(
         if not stat.S_ISDIR(st.st_mode):
             raise PathRefused("memory/ is not a directory (a symlink or a file)")
     except FileNotFoundError:
-        folder.mkdir(mode=0o755)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(folder / f"{day.isoformat()}.md", flags, 0o644)
-    except OSError as exc:
-        raise PathRefused(f"cannot append to {rel}: {exc.strerror}") from None
+        try:
+            folder.mkdir(mode=0o755)
+        except OSError as exc:
+            raise PathRefused(f"cannot create memory/: {exc.strerror}") from None
+    target = folder / f"{day.isoformat()}.md"
+    fd, created = _open_log(target, rel)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise PathRefused(f"{rel} is not a regular file")
-        existing_lines, ends_with_newline = _line_count(folder / f"{day.isoformat()}.md")
+        existing_lines, ends_with_newline, size = _line_count(fd)
         prefix = "" if ends_with_newline else "\n"
         data = (prefix + body + "\n").encode("utf-8")
         view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(fd, view[written:])
+            os.fsync(fd)
+        except OSError as exc:
+            # A full disk takes what fits and refuses the rest: never leave half an entry.
+            _roll_back(fd, target, size, written, created)
+            raise PathRefused(f"cannot append to {rel}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     start = existing_lines + 1
     return Appended(rel, start, start + body.count("\n"))
 
 
-def _line_count(path: Path) -> tuple[int, bool]:
-    """(number of lines, whether the file is empty or ends with a newline)."""
+def _open_log(path: Path, rel: str) -> tuple[int, bool]:
+    """Open the daily log to append to (and to count its lines); True when this call created it."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        try:
+            return os.open(path, flags), False
+        except FileNotFoundError:
+            pass
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+        except FileExistsError:  # someone else created it just now
+            return os.open(path, flags), False
+    except OSError as exc:
+        raise PathRefused(f"cannot append to {rel}: {exc.strerror}") from None
+
+
+def _roll_back(fd: int, path: Path, size: int, written: int, created: bool) -> None:
+    """Undo a failed append: cut off what it wrote (unless someone wrote after it) and remove
+    the file if this append created it."""
+    with contextlib.suppress(OSError):
+        st = os.fstat(fd)
+        if written and st.st_size == size + written:
+            os.ftruncate(fd, size)
+        if created and os.fstat(fd).st_size == 0 and os.lstat(path).st_ino == st.st_ino:
+            os.unlink(path)
+
+
+def _line_count(fd: int) -> tuple[int, bool, int]:
+    """(number of lines, whether the file is empty or ends with a newline, its size in bytes)."""
     count = 0
     last = b"\n"
-    with open(path, "rb") as f:
-        while block := f.read(1 << 16):
-            count += block.count(b"\n")
-            last = block[-1:]
+    offset = 0
+    while block := os.pread(fd, 1 << 16, offset):
+        count += block.count(b"\n")
+        last = block[-1:]
+        offset += len(block)
     if last != b"\n":
         count += 1  # a last line without its newline
-    return count, last == b"\n"
+    return count, last == b"\n", offset

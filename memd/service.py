@@ -6,6 +6,7 @@ workspace has one Index and one Syncer; writes to a workspace are serialised by 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import re
@@ -26,7 +27,7 @@ from memd.index.sync import Progress, Syncer, SyncReport
 from memd.search import SearchOptions, SearchOutcome, search
 from memd.sessions import is_transcript_name, read_jsonl_lines
 from memd.workspace import discover
-from memd_client.errors import BadRequest, PathRefused, UnknownWorkspace
+from memd_client.errors import BadRequest, PathRefused, ProviderUnavailable, UnknownWorkspace
 
 __all__ = ["MemoryService", "Workspace"]
 
@@ -59,11 +60,23 @@ class MemoryService:
     def __init__(self, config: Config, *, choice: Choice | None = None) -> None:
         self.config = config
         self.choice = choice or choose_embedder(config.embedding, models_dir=config.dirs.models)
-        if self.choice.embedder is not None and not isinstance(
-            self.choice.embedder, WorkerEmbedder
-        ):
+        inner = self.choice.embedder
+        if inner is not None and not isinstance(inner, WorkerEmbedder):
             # One thread owns the model; searches' query embeddings jump the indexing queue.
-            self.choice.embedder = WorkerEmbedder(self.choice.embedder)
+            try:
+                self.choice.embedder = WorkerEmbedder(
+                    inner, query_timeout=config.embedding.timeout_seconds
+                )
+            except ProviderUnavailable as exc:
+                # A provider that must be asked for its vector size and does not answer: serve
+                # keyword search (an index with vectors is kept) rather than not start at all.
+                logger.warning("embedding provider %s unavailable: %s", inner.provider, exc)
+                self.choice = Choice(
+                    None,
+                    self.choice.requested,
+                    protect=True,
+                    skipped=[*self.choice.skipped, (inner.provider, str(exc))],
+                )
         self.cache = EmbeddingCache(
             config.cache_path, max_entries=config.embedding.cache_max_entries
         )
@@ -206,7 +219,17 @@ class MemoryService:
         if ws.syncer.last_sync is None and self._never_indexed(ws):
             self.sync(ref, embed=False)
         options = SearchOptions.from_config(self.config.search, **overrides)
-        return search(ws.index, query, options, embedder=self.embedder)
+        try:
+            return search(ws.index, query, options, embedder=self.embedder)
+        except ProviderUnavailable as exc:
+            if options.mode == "keyword":
+                raise
+            # The query could not be embedded (the provider fails or hangs): keyword results,
+            # and the reply says why.
+            keyword = dataclasses.replace(options, mode="keyword")
+            outcome = search(ws.index, query, keyword, embedder=self.embedder)
+            outcome.note = f"the embedding provider failed ({exc}): keyword search only"
+            return outcome
 
     @staticmethod
     def _never_indexed(ws: Workspace) -> bool:

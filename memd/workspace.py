@@ -4,6 +4,7 @@ rules shared with the file watcher, and the evergreen/daily/topic/extra classifi
 from __future__ import annotations
 
 import datetime
+import errno
 import fnmatch
 import logging
 import os
@@ -24,6 +25,7 @@ __all__ = [
     "discover",
     "is_ignored",
     "memory_file",
+    "read_regular",
     "resolve_extra_paths",
 ]
 
@@ -177,6 +179,23 @@ def memory_file(
         return "rescan", None
     kind, day = classify(rel)
     return "file", SourceFile(rel, Path(path), st.st_size, st.st_mtime_ns, kind, day)
+
+
+def read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path`` if it is still a regular file, else None: gone, or swapped for a
+    folder, a symlink or a FIFO since it was listed (opening a FIFO would block forever)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symlink now
+            return None
+        raise
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return f.read()
 
 
 def discover(

@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from memd.embed.base import Embedder, Kind, Vectors
+from memd_client.errors import ProviderUnavailable
 
 __all__ = ["EmbeddingWorker", "WorkerEmbedder"]
 
@@ -95,10 +96,39 @@ class EmbeddingWorker:
                 job.future.set_exception(exc)
 
 
-class WorkerEmbedder(Embedder):
-    """An Embedder whose calls all run on an EmbeddingWorker; same identity as the inner one."""
+class _QueryVector(Future[Vectors]):
+    """A query's vector; ``result()`` without a timeout waits at most ``deadline`` seconds, then
+    gives up on the embedding (still queued: it never runs) with ProviderUnavailable."""
 
-    def __init__(self, inner: Embedder) -> None:
+    def __init__(self, deadline: float | None, provider: str) -> None:
+        super().__init__()
+        self.deadline = deadline
+        self.provider = provider
+        self.batch: Future[Vectors] | None = None
+
+    def result(self, timeout: float | None = None) -> Vectors:
+        try:
+            return super().result(self.deadline if timeout is None else timeout)
+        except TimeoutError:
+            if self.done():  # done just now, or the embedder's own TimeoutError
+                return super().result(0)
+            if timeout is not None:
+                raise
+            if self.batch is not None:
+                self.batch.cancel()
+            raise ProviderUnavailable(
+                f"{self.provider}: no query embedding within {self.deadline:g} s"
+            ) from None
+
+
+class WorkerEmbedder(Embedder):
+    """An Embedder whose calls all run on an EmbeddingWorker; same identity as the inner one.
+
+    With ``query_timeout``, a search waits at most that many seconds for its query's vector (a
+    provider that hangs, a document batch stuck ahead of it), then gets ProviderUnavailable.
+    """
+
+    def __init__(self, inner: Embedder, *, query_timeout: float | None = None) -> None:
         self.inner = inner
         self.worker = EmbeddingWorker(inner)
         self.provider = inner.provider
@@ -106,21 +136,28 @@ class WorkerEmbedder(Embedder):
         self.dims = inner.dims
         self.max_tokens = inner.max_tokens
         self.batch_size = inner.batch_size
+        self.query_timeout = query_timeout
 
     def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
         return self.worker.embed(texts, kind)
 
+    def embed_query(self, text: str) -> Vectors:
+        return self.start_query(text).result()
+
     def start_query(self, text: str) -> Future[Vectors]:
-        future: Future[Vectors] = Future()
+        future = _QueryVector(self.query_timeout, self.provider)
 
         def done(batch: Future[Vectors]) -> None:
+            if batch.cancelled():
+                return
             exc = batch.exception()
             if exc is not None:
                 future.set_exception(exc)
             else:
                 future.set_result(batch.result()[0])
 
-        self.worker.submit([text], "query").add_done_callback(done)
+        future.batch = self.worker.submit([text], "query")
+        future.batch.add_done_callback(done)
         return future
 
     def count_tokens(self, text: str) -> int:

@@ -31,7 +31,7 @@ from memd.index.store import FileRow, NewChunk, Store, VectorStore
 from memd.index.transcripts import TranscriptSync
 from memd.redact import redact
 from memd.sessions.transcript import map_lines
-from memd.workspace import SourceFile, discover, memory_file
+from memd.workspace import SourceFile, discover, memory_file, read_regular
 
 __all__ = ["Progress", "SyncReport", "Syncer"]
 
@@ -283,12 +283,12 @@ class Syncer(TranscriptSync):
             report.unchanged += 1
             return
         try:
-            data = f.abs.read_bytes()
-        except FileNotFoundError:
-            return  # vanished since the walk; the next sync removes its rows
+            data = read_regular(f.abs)
         except OSError as exc:
             report.errors.append((f.rel, f"cannot read: {exc.strerror or exc}"))
             return
+        if data is None:
+            return  # gone since the walk (or now a folder, link or FIFO); the next sync drops it
         file_hash = hashlib.sha256(data).hexdigest()
         if row and row.hash == file_hash:
             if row.size != f.size or row.mtime_ns != f.mtime_ns:
@@ -453,9 +453,17 @@ class Syncer(TranscriptSync):
                 with contextlib.suppress(apsw.Error), atomic(store.conn):
                     store.set_file_error(path, self.last_error)
                 return  # the provider is down; later files would fail the same way
-            with atomic(store.conn):
-                store.add_vectors(path, vectors)
-                store.bump_generation()
+            try:
+                with atomic(store.conn):
+                    store.add_vectors(path, vectors)
+                    store.bump_generation()
+            except (apsw.FullError, apsw.ReadOnlyError, apsw.IOError) as exc:
+                # The disk, not the provider: wait the same way, or the writer would re-embed
+                # and fail again at once, in a loop.
+                self._failed(f"cannot store vectors: {exc}")
+                logger.warning("storing the vectors of %s failed: %s", path, exc)
+                report.errors.append((path, self.last_error or ""))
+                return
             self.reset_backoff()
 
     def _vectors_for(
