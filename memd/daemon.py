@@ -8,12 +8,15 @@ job, close the stores and the model. Signal handlers only record the signal; the
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import fcntl
+import gc
 import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -48,6 +51,18 @@ EXIT_STARTUP_FAILURE = 3
 EXIT_ALREADY_RUNNING = 4
 
 HEALTH_EVERY_S = 5.0
+# After a burst of indexing, how long the daemon waits for quiet before handing freed memory
+# back to the OS (glibc keeps a process at its high-water mark otherwise).
+RELEASE_AFTER_S = 10.0
+
+
+def release_memory() -> None:
+    """Collect garbage and return the freed heap to the OS (glibc's malloc_trim, on Linux)."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+    logger.debug("released memory after a burst of work")
 
 
 def sd_notify(message: str) -> bool:
@@ -177,8 +192,20 @@ class Daemon:
         next_ping = time.monotonic()
         next_dream_check = time.monotonic()
         next_sessions_check = time.monotonic()
+        next_release = time.monotonic() + RELEASE_AFTER_S
+        work_seen = 0
         while not self.should_exit.wait(0.25):
             now = time.monotonic()
+            if self.indexer is not None and self.service is not None:
+                busy = self.indexer.jobs_done, any(
+                    ws.syncer.rebuilding for ws in self.service.workspaces()
+                )
+                if busy != (work_seen, False):
+                    work_seen = busy[0]
+                    next_release = now + RELEASE_AFTER_S  # not quiet yet
+                elif now >= next_release:
+                    next_release = float("inf")  # until the next burst of work
+                    release_memory()
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self.reload()

@@ -330,3 +330,30 @@ def test_an_index_without_identity_is_rebuilt_by_the_daemon(ws: Path, fake: Fake
             assert st["identity"]["state"] == "valid", st["identity"]
             assert st["vectors"] == st["chunks"] > 0
             assert c.call("search", workspace="agent", query="staging cluster")["mode"] == "hybrid"
+
+
+def test_memory_is_released_once_after_a_burst_of_work(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # glibc keeps a process at its high-water mark: after indexing, the daemon waits for quiet
+    # and hands freed heap back once (not on every wake of its loop while idle).
+    import memd.daemon
+
+    released: list[float] = []
+    monkeypatch.setattr(memd.daemon, "RELEASE_AFTER_S", 0.5)
+    monkeypatch.setattr(memd.daemon, "release_memory", lambda: released.append(time.monotonic()))
+    with running_daemon() as daemon, client(daemon) as c:
+        deadline = time.monotonic() + 10
+        while not released:  # the start-up is a burst of its own
+            assert time.monotonic() < deadline, "never released after start-up"
+            time.sleep(0.05)
+        time.sleep(1.5)
+        assert len(released) == 1  # quiet since: nothing more to give back
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+        while len(released) < 2:
+            assert time.monotonic() < deadline, "never released after indexing"
+            time.sleep(0.05)
+        assert released[1] - released[0] >= 0.5
+        time.sleep(1.5)
+        assert len(released) == 2
