@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import apsw
 import psutil
 
 from memd import __version__
@@ -143,6 +144,7 @@ class Api:
                 "started_at": self.started_at,
                 "uptime_s": round(time.time() - self.started_at, 1),
                 "rss_bytes": self._process.memory_info().rss,
+                "sqlite_memory_bytes": apsw.memory_used(),  # page caches, statements, FTS5
                 "cpu_percent": self._process.cpu_percent(interval=None),
                 "threads": self._process.num_threads(),
                 "connections": self.connections,

@@ -78,6 +78,7 @@ def test_every_method(daemon: Daemon, ws: Path) -> None:
         status = c.call("status", workspace="agent")
         st = status["workspaces"][0]
         assert status["daemon"]["pid"] == os.getpid() and status["daemon"]["rss_bytes"] > 0
+        assert 0 < status["daemon"]["sqlite_memory_bytes"] < status["daemon"]["rss_bytes"]
         assert st["files_indexed"] == st["files_on_disk"] == 3
         assert st["watcher"]["state"] in ("watching", "polling")
         assert c.call("workspace_remove", workspace="agent") == {"removed": True}

@@ -62,6 +62,7 @@ STATUS = {
         "started_at": 1_700_000_000.0,
         "uptime_s": 3725,
         "rss_bytes": 54_300_000,
+        "sqlite_memory_bytes": 4_100_000,
         "cpu_percent": 0.25,
         "threads": 7,
         "connections": 2,
@@ -211,7 +212,7 @@ def test_status_human(daemon: FakeDaemon) -> None:
     result = run(daemon, "status")
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "memd 0.1.0 · pid 4242 · up 1h 2m · 54.3 MB RSS" in out
+    assert "memd 0.1.0 · pid 4242 · up 1h 2m · 54.3 MB RSS (4.1 MB in SQLite)" in out
     assert "agent (/home/u/agent)" in out
     assert "  Indexed: 3/4 files · 10 chunks · 1 pending" in out
     assert "  Dirty: yes" in out

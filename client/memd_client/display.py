@@ -53,7 +53,10 @@ def _daemon_line(d: Mapping[str, Any]) -> str:
     if d.get("uptime_s") is not None:
         parts.append(f"up {duration(d['uptime_s'])}")
     if d.get("rss_bytes") is not None:
-        parts.append(f"{_mb(d['rss_bytes'])} RSS")
+        rss = f"{_mb(d['rss_bytes'])} RSS"
+        if d.get("sqlite_memory_bytes") is not None:
+            rss += f" ({_mb(d['sqlite_memory_bytes'])} in SQLite)"
+        parts.append(rss)
     if d.get("cpu_percent") is not None:
         parts.append(f"{d['cpu_percent']:.1f}% CPU")
     for key in ("threads", "connections"):
