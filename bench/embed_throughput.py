@@ -26,8 +26,8 @@ from memd.index.index import Index
 from memd.index.sync import Syncer
 from memd.workspace import discover
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from socket_bench import SHARED, code_state, environment  # noqa: E402  (a sibling script)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         cache.close()
 
     result = {
+        **environment(),
+        "code": code_state(),
         "model": Path(args.model).name,
         "threads": args.threads,
         "chunks": len(texts),

@@ -40,6 +40,8 @@ import memd_client
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from socket_bench import (  # noqa: E402  (a sibling script)
     build_corpus,
+    code_state,
+    environment,
     start_daemon,
     stop_daemon,
     summary,
@@ -272,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     rels = build_workspace(data, ws, args.copies)
     plans = schedule(rels, queries, args.clients, args.rate, args.warmup + args.seconds)
     result: dict[str, Any] = {
+        **environment(),
+        "code": code_state(),
         "clients": args.clients,
         "offered_rps": args.rate,
         "seconds": args.seconds,

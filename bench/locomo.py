@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
-import importlib.metadata
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -48,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from socket_bench import (  # noqa: E402
     ROOT,
     SHARED,
+    code_state,
+    environment,
     start_daemon,
     stop_daemon,
     summary,
@@ -235,55 +234,6 @@ def figures(run: Run, qrels: Path, by_category: dict[int, Path]) -> dict[str, An
         **{f"allR@{k}": overall[f"allR@{k}"] for k in KS},
         "by_category": cats,
         "latency_ms": summary(run.latencies_ms),
-    }
-
-
-def version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def environment() -> dict[str, Any]:
-    import apsw
-
-    cpu = ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        names = [ln for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
-        cpu = names[0].split(":", 1)[1].strip() if names else ""
-    return {
-        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "machine": {
-            "cpu_count": os.cpu_count(),
-            "cpu": cpu or platform.processor(),
-            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
-        "versions": {
-            "memd": version("memd"),
-            "apsw": apsw.apsw_version(),
-            "sqlite": apsw.sqlite_lib_version(),
-            "sqlite-vec": version("sqlite-vec"),
-            "llama-cpp-python": version("llama_cpp_python"),
-            "numpy": version("numpy"),
-            "msgpack": version("msgpack"),
-        },
-    }
-
-
-def code_state() -> dict[str, Any]:
-    """The commit, and the files of memd with edits: a daemon runs the working tree as it is."""
-    git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(
-        [*git, "status", "--porcelain", "--", "memd", "client"], capture_output=True, text=True
-    )
-    return {
-        "commit": head.stdout.strip() or None,
-        "uncommitted": dirty.stdout.splitlines() if dirty.returncode == 0 else None,
     }
 
 

@@ -36,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from socket_bench import (  # noqa: E402
     SHARED,
     build_corpus,
+    code_state,
     concurrent,
+    environment,
     start_daemon,
     stop_daemon,
     summary,
@@ -153,7 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(sock_dir, ignore_errors=True)
     growth(rows)
-    result = {"model": Path(args.model).name, "queries": len(questions), "sizes": rows}
+    result = {
+        **environment(),
+        "code": code_state(),
+        "model": Path(args.model).name,
+        "queries": len(questions),
+        "sizes": rows,
+    }
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

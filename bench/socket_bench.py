@@ -10,8 +10,11 @@ cache after the first copy; see build_corpus), starts `memd run` with the local 
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib.metadata
 import json
 import os
+import platform
 import shutil
 import signal
 import statistics
@@ -21,7 +24,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,56 @@ import memd_client
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+
+
+def version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def environment() -> dict[str, Any]:
+    """Where and with what a benchmark ran: date, machine, versions, commit."""
+    import apsw
+
+    cpu = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [ln for ln in cpuinfo.read_text().splitlines() if ln.startswith("model name")]
+        cpu = names[0].split(":", 1)[1].strip() if names else ""
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "machine": {
+            "cpu_count": os.cpu_count(),
+            "cpu": cpu or platform.processor(),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "versions": {
+            "memd": version("memd"),
+            "apsw": apsw.apsw_version(),
+            "sqlite": apsw.sqlite_lib_version(),
+            "sqlite-vec": version("sqlite-vec"),
+            "llama-cpp-python": version("llama_cpp_python"),
+            "numpy": version("numpy"),
+            "msgpack": version("msgpack"),
+        },
+    }
+
+
+def code_state() -> dict[str, Any]:
+    """The commit, and the files of memd with edits: a daemon runs the working tree as it is."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--", "memd", "client"], capture_output=True, text=True
+    )
+    return {
+        "commit": head.stdout.strip() or None,
+        "uncommitted": dirty.stdout.splitlines() if dirty.returncode == 0 else None,
+    }
 
 
 def pct(values: list[float], p: float) -> float:
@@ -67,7 +119,7 @@ def build_corpus(data: Path, ws: Path, copies: int) -> None:
             target.mkdir(parents=True)
             for src in sorted((conv / "memory").glob("*.md")):
                 try:
-                    name = f"{date.fromisoformat(src.stem) + timedelta(weeks=53 * k)}.md"
+                    name = f"{datetime.date.fromisoformat(src.stem) + datetime.timedelta(weeks=53 * k)}.md"
                 except ValueError:
                     name = src.name
                 shutil.copyfile(src, target / name)
@@ -210,7 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     ws_root = home / "workspace"
     if not ws_root.exists():
         build_corpus(data, ws_root, args.copies)
-    result: dict[str, object] = {"copies": args.copies, "model": Path(args.model).name}
+    result: dict[str, object] = {
+        **environment(),
+        "code": code_state(),
+        "copies": args.copies,
+        "model": Path(args.model).name,
+    }
 
     proc = start_daemon(home, sock, "local", args.model)
     try:
@@ -224,12 +281,16 @@ def main(argv: list[str] | None = None) -> int:
         timed_searches(sock, "bench", questions[:20], "hybrid")  # warm up
         result["idle_with_model"] = idle_cost(proc.pid)
         for mode in ("keyword", "hybrid"):
-            single = timed_searches(sock, "bench", questions, mode)
-            result[f"{mode}_1_client"] = {
-                **summary(single),
-                "throughput_rps": round(1000 / statistics.fmean(single), 1),
+            result[f"{mode}_latency"] = summary(timed_searches(sock, "bench", questions, mode))
+            # Throughput both ways through concurrent(): 1 client against 16, same questions.
+            one = concurrent(sock, "bench", questions, mode, 1)
+            many = concurrent(sock, "bench", questions, mode, 16)
+            result[f"{mode}_throughput"] = {
+                "1_client_rps": one["throughput_rps"],
+                "16_clients_rps": many["throughput_rps"],
+                "ratio": round(many["throughput_rps"] / one["throughput_rps"], 2),
+                "16_clients_latency": {k: v for k, v in many.items() if k.endswith("_ms")},
             }
-            result[f"{mode}_16_clients"] = concurrent(sock, "bench", questions, mode, 16)
         result["edit_to_searchable"] = summary(
             edit_to_searchable(sock, ws_root, "bench", args.edits)
         )
