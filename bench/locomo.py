@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result: dict[str, Any] = environment()
     result |= {
-        "data": str(data.resolve()),
+        "data": os.path.relpath(data.resolve(), ROOT),
         "questions": len(qrels),
         "categories": {str(c): CATEGORIES.get(c, "?") for c in by_category},
         "request": {"max_results": MAX_RESULTS, "min_score": 0.0},

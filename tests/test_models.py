@@ -31,7 +31,10 @@ from memd_client.errors import Busy, ConfigError, ProviderUnavailable
 
 BLOB = b"GGUF" + random.Random(7).randbytes(3 * 1024 * 1024 - 4)
 BLOB_SHA = hashlib.sha256(BLOB).hexdigest()
-REAL_MODEL = Path("/work/shared/models/all-MiniLM-L6-v2.Q8_0.gguf")
+REAL_MODEL = Path(
+    os.environ.get("MEMD_TEST_MODEL")
+    or Path(__file__).resolve().parents[2] / "shared/models/all-MiniLM-L6-v2.Q8_0.gguf"
+)
 
 
 @dataclass
