@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from memd.fileio import append_whole
 from memd_client.errors import BadRequest, PathRefused
 
 __all__ = ["Appended", "MAX_APPEND_CHARS", "append_daily", "today"]
@@ -71,15 +72,10 @@ def append_daily(
         existing_lines, ends_with_newline, size = _line_count(fd)
         prefix = "" if ends_with_newline else "\n"
         data = (prefix + body + "\n").encode("utf-8")
-        view = memoryview(data)
-        written = 0
         try:
-            while written < len(data):
-                written += os.write(fd, view[written:])
-            os.fsync(fd)
+            append_whole(fd, data, size)
         except OSError as exc:
-            # A full disk takes what fits and refuses the rest: never leave half an entry.
-            _roll_back(fd, target, size, written, created)
+            _remove_if_created(fd, target, created)
             raise PathRefused(f"cannot append to {rel}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
@@ -103,14 +99,11 @@ def _open_log(path: Path, rel: str) -> tuple[int, bool]:
         raise PathRefused(f"cannot append to {rel}: {exc.strerror}") from None
 
 
-def _roll_back(fd: int, path: Path, size: int, written: int, created: bool) -> None:
-    """Undo a failed append: cut off what it wrote (unless someone wrote after it) and remove
-    the file if this append created it."""
+def _remove_if_created(fd: int, path: Path, created: bool) -> None:
+    """After a failed append (already cut back): remove the file if this append created it."""
     with contextlib.suppress(OSError):
         st = os.fstat(fd)
-        if written and st.st_size == size + written:
-            os.ftruncate(fd, size)
-        if created and os.fstat(fd).st_size == 0 and os.lstat(path).st_ino == st.st_ino:
+        if created and st.st_size == 0 and os.lstat(path).st_ino == st.st_ino:
             os.unlink(path)
 
 

@@ -38,6 +38,7 @@ import pytest
 import memd_client
 from memd.config import Config, EmbeddingConfig
 from memd.daemon import Daemon
+from memd.dreams import promote
 from memd.embed.base import Embedder
 from memd.embed.fake import FakeEmbedder
 from memd.embed.remote import create_remote
@@ -336,6 +337,26 @@ def test_index_on_a_full_disk_stays_honest_and_recovers(
             assert index.writer().integrity() == []
         finally:
             index.close()
+
+
+def test_promotion_on_a_full_disk_leaves_memory_md_whole(tmp_path: Path) -> None:
+    """Promotion appends its section to MEMORY.md in one O_APPEND write; when the disk takes
+    only part of it, the part is cut off again: the human's file is never left half-promoted."""
+    with tmpfs(tmp_path / "fs", "1m") as fs:
+        memory = fs / "MEMORY.md"
+        human = "# Memory\n\n- a line the human wrote, without a final newline"
+        memory.write_text(human)
+        filler = fill(fs)
+        with open(filler, "r+b") as f:  # room for a page or two: part of the section fits
+            f.truncate(os.path.getsize(filler) - 4096)
+        section = "## Promoted from short-term memory\n\n" + "- a fact worth keeping\n" * 2000
+        with pytest.raises(OSError) as refused:
+            promote._append(memory, section)  # the write path of promote(apply=True)
+        assert refused.value.errno == errno.ENOSPC
+        assert memory.read_text() == human
+        filler.unlink()
+        promote._append(memory, section)  # with room again, the whole section lands
+        assert memory.read_text() == human + "\n" + section
 
 
 def test_append_to_a_full_workspace_changes_nothing(tmp_path: Path) -> None:

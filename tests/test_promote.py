@@ -255,7 +255,7 @@ def test_zero_budget_never_trims(workspace: Path) -> None:
 
 def _edit_on_temp_fsync(memory: Path, times: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Append a human line to MEMORY.md whenever promotion fsyncs its temp file."""
-    real = promote._fsync
+    real = promote.fsync
     added: list[str] = []
 
     def fsync(fd: int) -> None:
@@ -265,7 +265,7 @@ def _edit_on_temp_fsync(memory: Path, times: int, monkeypatch: pytest.MonkeyPatc
             with open(memory, "a") as f:
                 f.write(added[-1] + "\n")
 
-    monkeypatch.setattr(promote, "_fsync", fsync)
+    monkeypatch.setattr(promote, "fsync", fsync)
     return added
 
 

@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from memd.dreams.ranking import Candidate
 from memd.dreams.recall_store import RecallEntry, is_promotable
+from memd.fileio import append_whole, fsync
 from memd_client.errors import PathRefused
 
 __all__ = ["Applied", "PromotionResult", "apply_promotions", "rehydrate"]
@@ -242,16 +243,6 @@ def _snapshot(path: Path) -> _Snapshot:
     return _Snapshot(_read_from(fd, 0), fd, os.fstat(fd))
 
 
-def _fsync(fd: int) -> None:
-    if sys.platform == "darwin":  # plain fsync does not reach the platter on macOS
-        import fcntl
-
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
-            return
-    os.fsync(fd)
-
-
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -282,8 +273,7 @@ def _append(path: Path, body: str, *, header: str = "", nl: str = "\n") -> None:
             data = header + body
         else:  # decided at write time, so a line the human just added without "\n" stays whole
             data = body if os.pread(fd, 1, size - 1) == b"\n" else nl + body
-        _write_all(fd, data.encode("utf-8", "surrogateescape"))
-        _fsync(fd)
+        append_whole(fd, data.encode("utf-8", "surrogateescape"), size)  # all or nothing
     finally:
         os.close(fd)
     if size == 0:
@@ -334,7 +324,7 @@ def _swap_in(path: Path, base: _Snapshot, new_text: str) -> bool:
             if base.st is not None:
                 os.fchmod(fd, stat.S_IMODE(base.st.st_mode))
             _write_all(fd, data)
-            _fsync(fd)
+            fsync(fd)
         finally:
             os.close(fd)
         if _snapshot_bytes(path) != base.data:
