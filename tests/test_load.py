@@ -18,6 +18,7 @@ import json
 import os
 import random
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,12 @@ from memd.embed.fake import FakeEmbedder
 
 from .daemon_fixture import running_daemon
 
+# The workload is the held-load benchmark's (bench/load_bench.py), run shorter and in-process.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from load_bench import WORDS, Plan, call, hot_text, sentence  # noqa: E402
+from load_bench import schedule as bench_schedule  # noqa: E402
+from socket_bench import pct  # noqa: E402
+
 LOCOMO = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo-dev"
 CLIENTS = 64
 # 200 req/s is above what one 2-core machine serves when the daemon and its 64 clients share
@@ -43,13 +50,6 @@ SECONDS = float(os.environ.get("MEMD_LOAD_SECONDS", "8"))
 WARMUP = 4.0  # seconds of the same schedule before measuring (caches, arenas, connections)
 FILES = 200
 HOT = 8  # files the editor keeps rewriting
-WORDS = (
-    "orion billing postgres deploy freeze retro cluster staging kafka backup restore vacuum "
-    "index latency budget owner pager rotation schema migration rollback canary release "
-    "ticket review design meeting incident outage quota region replica shard token"
-).split()
-
-Plan = list[tuple[float, str, str]]  # (offset from t0 in s, kind, argument)
 
 
 # -- the workspace ------------------------------------------------------------------------------
@@ -85,55 +85,13 @@ def build_workspace(root: Path) -> tuple[list[str], list[str]]:
     return rels, queries
 
 
-def sentence(rng: random.Random) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + "."
-
-
-def hot_text(k: int, version: int) -> str:
-    rng = random.Random(k * 100_003 + version)
-    body = "".join(f"- {sentence(rng)}\n" for _ in range(20))
-    return f"# Hot note {k}\n\nversion hotv{k}x{version}\n\n{body}"
-
-
 # -- the open-loop schedule ---------------------------------------------------------------------
 
 
 def schedule(rels: list[str], queries: list[str], rate: float, seconds: float) -> list[Plan]:
-    """One plan per client: request i goes out at i / rate, to client i % CLIENTS; the first
-    WARMUP seconds are not measured."""
-    rng = random.Random(42)
-    plans: list[Plan] = [[] for _ in range(CLIENTS)]
-    searches = 0
-    for i in range(int(rate * (WARMUP + seconds))):
-        r = rng.random()
-        if r < 0.7:
-            kind = "keyword" if searches % 2 == 0 else "hybrid"
-            searches += 1
-            arg = rng.choice(queries)
-        elif r < 0.9:
-            kind, arg = "get", rng.choice(rels)
-        else:
-            kind, arg = "append", f"Load note loadz{i}q from the held-load test."
-        plans[i % CLIENTS].append((i / rate, kind, arg))
-    return plans
-
-
-def call(c: memd_client.Client, kind: str, arg: str) -> None:
-    if kind in ("keyword", "hybrid"):
-        c.search("load", arg, mode=kind)
-    elif kind == "get":
-        got = c.get("load", arg)
-        assert not got["missing"], arg
-    else:
-        c.append("load", arg)
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
-
-
-# -- resources ----------------------------------------------------------------------------------
+    """The benchmark's open-loop schedule for CLIENTS clients; the first WARMUP seconds are not
+    measured."""
+    return bench_schedule(rels, queries, CLIENTS, rate, WARMUP + seconds)
 
 
 def sampler(config: Config, clients: list[memd_client.Client]) -> Callable[[], dict[str, float]]:
