@@ -29,7 +29,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +53,7 @@ from memd_client.errors import (
 
 from .crash_helpers import reconciled, write_promotion_workspace
 from .daemon_fixture import running_daemon, short_socket_dir
+from .provider_server import HANG, FakeProvider, Seen
 
 Dump = list[tuple[str, int, int, str, bool, bool, str]]
 WORDS = (
@@ -597,58 +597,27 @@ def _unblock_fifo(path: Path) -> None:
 # -- 4. an embedding provider that hangs ----------------------------------------------------------
 
 
-class StuckProvider:
-    """An OpenAI-compatible embeddings server on 127.0.0.1 that can hang, answer late, or work.
+class StuckProvider(FakeProvider):
+    """An OpenAI-compatible embeddings server that can hang, answer late, or work.
 
     ``mode`` is "hang" (accept, read the request, never answer), "late" (answer after ``delay``
     seconds, long after the client gave up) or "ok" (answer at once).
     """
 
     def __init__(self, dims: int, *, delay: float = 10.0) -> None:
+        super().__init__()
         self.mode = "hang"
         self.dims = dims
         self.delay = delay
-        self.requests = 0
-        self.release = threading.Event()
-        self._lock = threading.Lock()
-        outer = self
+        self.responder = self._respond
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"null")
-                with outer._lock:
-                    outer.requests += 1
-                    mode = outer.mode
-                if mode == "hang":
-                    outer.release.wait(60)  # never answers; released when the test ends
-                    return
-                if mode == "late":
-                    outer.release.wait(outer.delay)
-                data = json.dumps(
-                    {
-                        "data": [
-                            {"index": i, "embedding": outer.vector(t)}
-                            for i, t in enumerate(body["input"])
-                        ]
-                    }
-                ).encode()
-                with contextlib.suppress(OSError):  # a late answer finds the client gone
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = False  # server_close() joins the handler threads
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="stuck-provider"
-        )
-        self.thread.start()
+    def _respond(self, seen: Seen) -> Any:
+        if self.mode == "hang":
+            return HANG  # never answers; released when the test ends
+        if self.mode == "late":
+            self.release.wait(self.delay)
+        data = [{"index": i, "embedding": self.vector(t)} for i, t in enumerate(seen.body["input"])]
+        return 200, {}, {"data": data}
 
     def vector(self, text: str) -> list[float]:
         rng = random.Random(text)
@@ -656,13 +625,7 @@ class StuckProvider:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(10)
+        return super().url + "/v1"
 
 
 @pytest.fixture
@@ -724,7 +687,7 @@ def test_provider_that_hangs(tmp_path: Path, provider: StuckProvider, mode: str)
 
     with daemon_for(config) as daemon, client(daemon, timeout=20) as c:
         c.workspace_add(ws, name="hang")
-        wait_until(lambda: provider.requests > 0, "memd to ask the provider for vectors")
+        wait_until(lambda: len(provider.requests) > 0, "memd to ask the provider for vectors")
         # Keyword rows do not wait for the provider.
         st = wait_until(
             lambda: (
