@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -89,3 +90,16 @@ def syncer(
     index: Index, workspace: Path, config: Config, fake: FakeEmbedder, cache: EmbeddingCache
 ) -> Syncer:
     return Syncer(index, workspace, config=config.index, embedder=fake, cache=cache)
+
+
+@pytest.fixture
+def memd_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """WARNING and above from the ``memd`` logger, even if something set propagate=False."""
+    caplog.set_level(logging.WARNING, logger="memd")
+    logger = logging.getLogger("memd")
+    attached = not logger.propagate
+    if attached:
+        logger.addHandler(caplog.handler)
+    yield caplog
+    if attached:
+        logger.removeHandler(caplog.handler)

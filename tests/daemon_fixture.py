@@ -29,12 +29,17 @@ def running_daemon(
     socket_dir: Path | None = None,
     debounce_ms: int = 100,
     clock: Callable[[], datetime] | None = None,
+    choose_embedder: bool = False,
 ) -> Iterator[Daemon]:
-    """Start a Daemon on a thread (no signal handlers), yield it ready, always stop it."""
+    """Start a Daemon on a thread (no signal handlers), yield it ready, always stop it.
+
+    Its embedder is ``embedder`` (a FakeEmbedder by default), or with ``choose_embedder`` the
+    one ``config`` selects, the way `memd run` chooses.
+    """
     config = config or Config.load()
     own_dir = socket_dir is None
     directory = socket_dir or short_socket_dir()
-    choice = Choice(embedder or FakeEmbedder(), "fake", protect=False)
+    choice = None if choose_embedder else Choice(embedder or FakeEmbedder(), "fake", protect=False)
     daemon = Daemon(
         config, choice=choice, socket=directory / "memd.sock", debounce_ms=debounce_ms, clock=clock
     )

@@ -20,10 +20,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import os
 import random
-import shutil
 import stat
 import subprocess
 import threading
@@ -52,7 +50,7 @@ from memd_client.errors import (
 )
 
 from .crash_helpers import reconciled, write_promotion_workspace
-from .daemon_fixture import running_daemon, short_socket_dir
+from .daemon_fixture import running_daemon
 from .provider_server import HANG, FakeProvider, Seen
 
 Dump = list[tuple[str, int, int, str, bool, bool, str]]
@@ -105,28 +103,6 @@ def fill(fs: Path) -> Path:
         os.close(fd)
     assert os.statvfs(fs).f_bavail == 0
     return path
-
-
-@contextlib.contextmanager
-def daemon_for(config: Config) -> Iterator[Daemon]:
-    """A daemon that chooses its embedder from ``config`` the way `memd run` does (running_daemon
-    always hands it a FakeEmbedder)."""
-    directory = short_socket_dir()
-    daemon = Daemon(config, socket=directory / "memd.sock", debounce_ms=100)
-    codes: list[int] = []
-    thread = threading.Thread(
-        target=lambda: codes.append(daemon.run(install_signals=False)), name="test-daemon"
-    )
-    thread.start()
-    try:
-        while not daemon.ready.wait(0.05):
-            if not thread.is_alive():
-                raise RuntimeError(f"daemon did not start (exit code {codes})")
-        yield daemon
-    finally:
-        daemon.request_stop()
-        thread.join(30)
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def client(daemon: Daemon, timeout: float = 30.0) -> memd_client.Client:
@@ -240,21 +216,8 @@ def not_internal(exc: BaseException) -> bool:
 # -- 1. disk full ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def memd_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """WARNING and above from the ``memd`` loggers (even if a CLI test turned propagation off)."""
-    caplog.set_level(logging.WARNING, logger="memd")
-    logger = logging.getLogger("memd")
-    attached = not logger.propagate
-    if attached:
-        logger.addHandler(caplog.handler)
-    yield caplog
-    if attached:
-        logger.removeHandler(caplog.handler)
-
-
 def test_index_on_a_full_disk_stays_honest_and_recovers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memd_warnings: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, memd_log: pytest.LogCaptureFixture
 ) -> None:
     """The index (MEMD_HOME) on a small tmpfs; the workspace grows until index writes hit ENOSPC."""
     ws = tmp_path / "ws"
@@ -296,9 +259,9 @@ def test_index_on_a_full_disk_stays_honest_and_recovers(
             assert 0 < claimed < written + 1, "some files (of the notes and MEMORY.md) only"
             # A write that fails for lack of space is retried later, not at once in a loop (that
             # burnt a core re-embedding one file). Counted over a quiet second, not timed.
-            memd_warnings.clear()
+            memd_log.clear()
             time.sleep(1.5)
-            failed = [r.getMessage() for r in memd_warnings.records]
+            failed = [r.getMessage() for r in memd_log.records]
             failed = [m for m in failed if "disk is full" in m]
             assert len(failed) < 10, f"{len(failed)} failed writes in 1.5 s: {failed[:3]}"
             found = c.search("full", "what is the staging cluster called", mode="keyword")
@@ -685,7 +648,7 @@ def test_provider_that_hangs(tmp_path: Path, provider: StuckProvider, mode: str)
         except BaseException as exc:
             errors.append(exc)
 
-    with daemon_for(config) as daemon, client(daemon, timeout=20) as c:
+    with running_daemon(config, choose_embedder=True) as daemon, client(daemon, timeout=20) as c:
         c.workspace_add(ws, name="hang")
         wait_until(lambda: len(provider.requests) > 0, "memd to ask the provider for vectors")
         # Keyword rows do not wait for the provider.
@@ -747,7 +710,7 @@ def test_daemon_starts_while_a_provider_of_unknown_size_hangs(
     (ws / "memory").mkdir(parents=True)
     (ws / "MEMORY.md").write_text("# Memory\n\nThe staging cluster is called Orion.\n")
     config = remote_config(provider, dimensions=0, timeout=1.0)
-    with daemon_for(config) as daemon, client(daemon) as c:
+    with running_daemon(config, choose_embedder=True) as daemon, client(daemon) as c:
         c.workspace_add(ws, name="probe")
         st = wait_clean(c, "probe")
         assert st["provider"]["active"] == "none"

@@ -15,7 +15,6 @@ import ctypes
 import gc
 import importlib.util
 import itertools
-import logging
 import os
 import random
 import socket
@@ -25,7 +24,7 @@ import textwrap
 import threading
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -720,19 +719,6 @@ def fuzz_ws(tmp_path: Path) -> Path:
     (root / "MEMORY.md").write_text("# Memory\n\nThe staging cluster is called Orion.\n")
     (root / "memory" / "2026-03-01.md").write_text("- billing moved to Postgres 16\n")
     return root
-
-
-@pytest.fixture
-def memd_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    """WARNING and above from the ``memd`` logger, even if something set propagate=False."""
-    caplog.set_level(logging.WARNING, logger="memd")
-    logger = logging.getLogger("memd")
-    attached = not logger.propagate
-    if attached:
-        logger.addHandler(caplog.handler)
-    yield caplog
-    if attached:
-        logger.removeHandler(caplog.handler)
 
 
 def warm_up(daemon: Daemon) -> None:
