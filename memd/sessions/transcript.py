@@ -15,18 +15,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memd.sessions.jsonl import JsonlWindow, read_jsonl_lines
-
 __all__ = [
     "DREAMING_PREFIX",
-    "JsonlWindow",
     "Rendered",
     "TranscriptFile",
     "is_archived",
     "is_transcript_name",
     "list_transcripts",
     "map_lines",
-    "read_jsonl_lines",
     "render",
 ]
 
