@@ -342,6 +342,8 @@ def test_memory_is_released_once_after_a_burst_of_work(
 
     released: list[float] = []
     monkeypatch.setattr(memd.daemon, "RELEASE_AFTER_S", 0.5)
+    # A spy stands in for gc + malloc_trim: what RSS does afterwards is the allocator's business
+    # and too noisy to assert on (the benchmark reports it); when the daemon releases is tested.
     monkeypatch.setattr(memd.daemon, "release_memory", lambda: released.append(time.monotonic()))
     with running_daemon() as daemon, client(daemon) as c:
         deadline = time.monotonic() + 10
