@@ -197,8 +197,9 @@ class Daemon:
         while not self.should_exit.wait(0.25):
             now = time.monotonic()
             if self.indexer is not None and self.service is not None:
-                busy = self.indexer.jobs_done, any(
-                    ws.syncer.rebuilding for ws in self.service.workspaces()
+                busy = (
+                    self.indexer.jobs_done,
+                    any(ws.syncer.rebuilding for ws in self.service.workspaces()),
                 )
                 if busy != (work_seen, False):
                     work_seen = busy[0]

@@ -224,26 +224,43 @@ def check_model(config: Config, *, load_model: bool = True) -> Check:
     if importlib.util.find_spec("llama_cpp") is None:
         detail = f"{path}: {dims} dims, but llama-cpp-python is not installed"
         return Check(name, "fail" if required else "warn", detail, "pip install 'memd[local]'")
-    from memd.embed.llama import LlamaEmbedder
+    from memd.embed.process import ProcessEmbedder
     from memd_client.errors import ProviderUnavailable
 
-    embedder = LlamaEmbedder(
+    # A throwaway worker process, remembering nothing: what crashes and what works, as of now.
+    embedder = ProcessEmbedder(
         path,
         threads=emb.threads,
         batch_size=emb.batch_size,
         query_prefix=emb.query_prefix or None,
         document_prefix=emb.document_prefix or None,
+        timeout=emb.timeout_seconds,
     )
     try:
         vector = embedder.embed_query("ping")
     except ProviderUnavailable as exc:
-        return Check(name, "fail", str(exc), f"re-download it: {pull}")
+        fix = (
+            "the model crashes llama.cpp on this CPU: try another model or a newer "
+            "llama-cpp-python, or use a remote provider"
+            if embedder.restarts
+            else f"re-download it: {pull}"
+        )
+        return Check(name, "fail", str(exc), fix)
     finally:
         embedder.close()
     got = int(vector.shape[-1])
     if got != dims:
         return Check(name, "fail", f"{path.name} embeds {got} dims, its header says {dims}", None)
-    return Check(name, "ok", f"{path} loads: {got} dims")
+    if embedder.restarts:
+        crashed = "; ".join(embedder.crashes)
+        return Check(
+            name,
+            "warn",
+            f"{path} works in a worker in {embedder.mode.label} ({got} dims); it crashed with "
+            f"{crashed}. The daemon remembers the working mode for this CPU.",
+            "nothing to do; a newer llama-cpp-python may fix the default mode",
+        )
+    return Check(name, "ok", f"{path} loads in a worker process: {got} dims")
 
 
 # -- provider keys ----------------------------------------------------------------------------

@@ -59,7 +59,9 @@ class MemoryService:
 
     def __init__(self, config: Config, *, choice: Choice | None = None) -> None:
         self.config = config
-        self.choice = choice or choose_embedder(config.embedding, models_dir=config.dirs.models)
+        self.choice = choice or choose_embedder(
+            config.embedding, models_dir=config.dirs.models, state_dir=config.state_dir, probe=True
+        )
         inner = self.choice.embedder
         if inner is not None and not isinstance(inner, WorkerEmbedder):
             # One thread owns the model; searches' query embeddings jump the indexing queue.
@@ -312,6 +314,7 @@ class MemoryService:
                 "active": self.embedder.provider if self.embedder else "none",
                 "model": self.embedder.model if self.embedder else "fts-only",
                 "dims": self.embedder.dims if self.embedder else 0,
+                "worker": self.embedder.health() if self.embedder else None,
                 "skipped": [{"provider": p, "reason": r} for p, r in self.choice.skipped],
                 "last_error": ws.syncer.last_error,
             },

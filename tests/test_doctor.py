@@ -58,8 +58,12 @@ def test_healthy_run_has_no_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     assert checks["daemon"].status == "warn"
     assert checks["daemon"].fix == "memd run"
     if HAVE_MODEL:
-        assert checks["model"].status == "ok"
         assert "384 dims" in checks["model"].detail
+        if checks["model"].status == "warn":  # a CPU whose AMX kernels crash llama.cpp
+            assert "works in a worker in safe mode" in checks["model"].detail
+            assert "crashed with default settings: SIG" in checks["model"].detail
+        else:
+            assert checks["model"].status == "ok"
     else:
         assert checks["model"].status == "warn"  # no model: remote or keyword-only
 
@@ -107,6 +111,25 @@ def test_socket_dir_not_private() -> None:
     assert check.status == "fail"
     assert "not private" in check.detail and "0755" in check.detail
     assert check.fix == f"chmod 700 {config.dirs.runtime}"
+
+
+@pytest.mark.skipif(not HAVE_MODEL, reason="set MEMD_TEST_MODEL to a GGUF embedding model")
+def test_model_that_crashes_is_probed_in_a_throwaway_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's test-only fault hook makes llama.cpp's process die (memd/embed/host.py):
+    doctor names what crashed and what works, and survives it."""
+    monkeypatch.setenv("MEMD_LOCAL_MODEL", MODEL)
+    monkeypatch.setenv("MEMD_TEST_WORKER_FAULT", "ill:load:default")
+    check = by_name(run_checks(Config.load()))["model"]
+    assert check.status == "warn"
+    assert "crashed with default settings: SIGILL" in check.detail
+    assert "works in a worker in safe mode: extra buffer types off" in check.detail
+    assert not (Config.load().state_dir / "local-model-modes.json").exists(), "doctor remembers"
+    monkeypatch.setenv("MEMD_TEST_WORKER_FAULT", "segv:load")
+    check = by_name(run_checks(Config.load()))["model"]
+    assert check.status == "fail" and "crashed in every load mode" in check.detail
+    assert check.fix is not None and "remote provider" in check.fix
 
 
 def test_missing_model(monkeypatch: pytest.MonkeyPatch) -> None:

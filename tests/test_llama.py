@@ -1,4 +1,8 @@
-"""The local provider: GGUF metadata, prefixes, and the real MiniLM model when MEMD_TEST_MODEL is set."""
+"""The local provider: GGUF metadata, prefixes, and the real MiniLM model when MEMD_TEST_MODEL is set.
+
+The real model runs only in worker processes here (ProcessEmbedder), as in the daemon: a native
+crash in llama.cpp fails a test, never the whole suite.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import pytest
 from memd.config import IndexConfig
 from memd.embed.gguf import GGUFError, read_metadata
 from memd.embed.llama import LlamaEmbedder, Prefixes, prefixes_for
+from memd.embed.process import ProcessEmbedder
 from memd.index.chunk import chunk_text
 from memd.index.index import Index
 from memd.index.sync import Syncer
@@ -70,14 +75,14 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def minilm() -> LlamaEmbedder:
-    e = LlamaEmbedder(MODEL, threads=2)
+def minilm() -> ProcessEmbedder:
+    e = ProcessEmbedder(MODEL, threads=2)
     yield e  # type: ignore[misc]
     e.close()
 
 
 @needs_model
-def test_reference_vectors(minilm: LlamaEmbedder) -> None:
+def test_reference_vectors(minilm: ProcessEmbedder) -> None:
     ref = json.loads(Path(MODEL).with_name("all-MiniLM-L6-v2.reference.json").read_text())
     texts = [v["text"] for v in ref["vectors"]]
     vectors = minilm.embed_batch(texts)
@@ -90,7 +95,7 @@ def test_reference_vectors(minilm: LlamaEmbedder) -> None:
 
 
 @needs_model
-def test_tokens_are_counted_exactly_and_long_text_is_split_not_cut(minilm: LlamaEmbedder) -> None:
+def test_tokens_are_counted_exactly_and_long_text_is_split_not_cut(minilm: ProcessEmbedder) -> None:
     assert minilm.max_tokens == 512
     assert minilm.count_tokens("hello world") == 4  # [CLS] hello world [SEP]
     long_line = " ".join(f"x{i}y" for i in range(3000))  # far over 512 tokens, one line
@@ -107,7 +112,7 @@ def test_tokens_are_counted_exactly_and_long_text_is_split_not_cut(minilm: Llama
 
 @needs_model
 def test_real_model_index_and_semantic_search(
-    minilm: LlamaEmbedder, index: Index, workspace: Path, write: WriteFile
+    minilm: ProcessEmbedder, index: Index, workspace: Path, write: WriteFile
 ) -> None:
     write("memory/2026-05-01.md", "Alice adopted a golden retriever puppy named Biscuit.\n")
     write("memory/2026-05-02.md", "The quarterly tax filing is due at the end of the month.\n")

@@ -73,10 +73,32 @@ def _provider_lines(p: Mapping[str, Any]) -> Iterator[str]:
     if p.get("requested") and p.get("requested") != active:
         line += f" (requested {p['requested']})"
     yield line
+    worker = p.get("worker")
+    if worker:
+        yield "    " + _worker_line(worker)
     for skipped in p.get("skipped") or []:
         yield f"    skipped {skipped.get('provider')}: {skipped.get('reason')}"
     if p.get("last_error"):
         yield f"    last error: {p['last_error']}"
+
+
+def _worker_line(w: Mapping[str, Any]) -> str:
+    """The local model's worker process: state, pid, load mode and why, restarts, last exit."""
+    state = w.get("state") or "?"
+    line = f"model worker: {state}"
+    if w.get("pid"):
+        line += f", pid {w['pid']}"
+    settings = w.get("settings") or ""
+    if w.get("mode") not in (None, "default"):
+        why = f", after {w['reason']}" if w.get("reason") else ""
+        line += f" ({settings}{why})"
+    if w.get("restarts"):
+        line += f", {w['restarts']} restart{'s' if w['restarts'] != 1 else ''}"
+        if w.get("last_exit"):
+            line += f" (last: {w['last_exit']})"
+    if w.get("error"):
+        line += f" — {w['error']}"
+    return line
 
 
 def _vector_line(v: Mapping[str, Any]) -> str:

@@ -70,6 +70,10 @@ class Embedder(ABC):
         blob = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()
 
+    def health(self) -> dict[str, object] | None:
+        """What status shows of a provider that runs a process of its own (None: nothing)."""
+        return None
+
     def close(self) -> None:
         """Release what the embedder holds (a model, a connection pool)."""
 

@@ -2,17 +2,22 @@
 
 The model's dims, context and name come from the GGUF header, so the index identity is known
 without loading anything; the model itself loads on first use and stays loaded. llama.cpp is not
-re-entrant: every call into the model holds one lock (the daemon also funnels all embedding
-through one worker thread).
+re-entrant: every call into the model holds one lock.
+
+The daemon never runs this class itself: it lives in a worker process (memd/embed/host.py,
+supervised by memd/embed/process.py), because a native crash in llama.cpp must cost the vectors,
+not the daemon. ``extra_bufts=False`` turns off llama.cpp's extra CPU buffer types (AMX and
+repacked weights), whose kernels die with SIGILL or SIGSEGV on some Xeon CPUs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,8 +82,10 @@ class LlamaEmbedder(Embedder):
         batch_size: int = 32,
         query_prefix: str | None = None,
         document_prefix: str | None = None,
+        extra_bufts: bool = True,
     ) -> None:
         self.path = Path(model_path).expanduser()
+        self.extra_bufts = extra_bufts
         try:
             meta = read_metadata(self.path)
         except GGUFError as exc:
@@ -99,7 +106,7 @@ class LlamaEmbedder(Embedder):
             table.query if query_prefix is None else query_prefix,
             table.document if document_prefix is None else document_prefix,
         )
-        self._fingerprint = _fingerprint(self.path)
+        self.fingerprint = _fingerprint(self.path)
         self._llm: Any = None
         self._pool_none = False
         self._lock = threading.Lock()
@@ -108,7 +115,7 @@ class LlamaEmbedder(Embedder):
         return {
             "provider": self.provider,
             "model": self.model,
-            "file": self._fingerprint,
+            "file": self.fingerprint,
             "dims": self.dims,
             "query_prefix": self.prefixes.query,
             "document_prefix": self.prefixes.document,
@@ -118,26 +125,33 @@ class LlamaEmbedder(Embedder):
     def loaded(self) -> bool:
         return self._llm is not None
 
+    def load(self) -> Any:
+        """Load the model now rather than on first use; return the ``llama_cpp.Llama``."""
+        with self._lock:
+            return self._load()
+
     def _load(self) -> Any:
         if self._llm is not None:
             return self._llm
         try:
+            import llama_cpp
             from llama_cpp import LLAMA_POOLING_TYPE_NONE, Llama
         except ImportError:
             raise ProviderUnavailable(
                 "local provider needs llama-cpp-python: pip install 'memd[local]'"
             ) from None
         try:
-            llm = Llama(
-                model_path=str(self.path),
-                embedding=True,
-                verbose=False,
-                n_ctx=self.max_tokens,
-                n_batch=self.max_tokens,
-                n_ubatch=self.max_tokens,
-                n_threads=self.threads,
-                n_threads_batch=self.threads,
-            )
+            with _model_params(llama_cpp, extra_bufts=self.extra_bufts):
+                llm = Llama(
+                    model_path=str(self.path),
+                    embedding=True,
+                    verbose=False,
+                    n_ctx=self.max_tokens,
+                    n_batch=self.max_tokens,
+                    n_ubatch=self.max_tokens,
+                    n_threads=self.threads,
+                    n_threads_batch=self.threads,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             raise ProviderUnavailable(
                 f"local model {self.path.name} failed to load: {exc}"
@@ -150,11 +164,12 @@ class LlamaEmbedder(Embedder):
         pooling: Any = llm.pooling_type()
         self._pool_none = int(pooling) == int(LLAMA_POOLING_TYPE_NONE)
         logger.info(
-            "loaded %s (%d dims, %d tokens, %d threads)",
+            "loaded %s (%d dims, %d tokens, %d threads%s)",
             self.path.name,
             self.dims,
             self.max_tokens,
             self.threads,
+            "" if self.extra_bufts else ", extra buffer types off",
         )
         self._llm = llm
         return llm
@@ -190,6 +205,36 @@ class LlamaEmbedder(Embedder):
 
     def describe(self) -> str:
         return f"local:{self.path.name} ({self.dims} dims)"
+
+
+@contextlib.contextmanager
+def _model_params(llama_cpp: Any, *, extra_bufts: bool) -> Iterator[None]:
+    """Load with llama.cpp's ``use_extra_bufts`` as asked.
+
+    ``Llama()`` has no argument for it: it fills its model parameters from
+    ``llama_model_default_params()``, so that one call is wrapped while the model loads (the
+    worker process loads one model, on one thread).
+    """
+    low = llama_cpp.llama_cpp
+    original = low.llama_model_default_params
+    if extra_bufts:
+        yield
+        return
+    if not hasattr(original(), "use_extra_bufts"):
+        raise ProviderUnavailable(
+            "this llama-cpp-python cannot turn off extra buffer types (needs >= 0.3.16)"
+        )
+
+    def safe_params() -> Any:
+        params = original()
+        params.use_extra_bufts = False
+        return params
+
+    low.llama_model_default_params = safe_params
+    try:
+        yield
+    finally:
+        low.llama_model_default_params = original
 
 
 def _fingerprint(path: Path) -> str:

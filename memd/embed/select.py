@@ -13,15 +13,21 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memd.config import EmbeddingConfig
 from memd.embed.base import Embedder
 from memd.embed.fake import FakeEmbedder
 from memd_client.errors import ConfigError, ProviderUnavailable
 
+if TYPE_CHECKING:
+    from memd.embed.process import ProcessEmbedder
+
 __all__ = ["REMOTE_ORDER", "Choice", "choose_embedder"]
 
 REMOTE_ORDER = ("openai", "gemini", "voyage", "mistral")
+MODE_MEMORY = "local-model-modes.json"
+"""In the state directory: the llama.cpp load mode that works per model file and CPU."""
 
 
 @dataclass
@@ -41,9 +47,20 @@ class Choice:
 
 
 def choose_embedder(
-    config: EmbeddingConfig, *, models_dir: Path | None = None, env: Mapping[str, str] | None = None
+    config: EmbeddingConfig,
+    *,
+    models_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    state_dir: Path | None = None,
+    probe: bool = False,
 ) -> Choice:
-    """Resolve ``[embedding]`` into an embedder (or keyword-only, with the reasons)."""
+    """Resolve ``[embedding]`` into an embedder (or keyword-only, with the reasons).
+
+    Args:
+        state_dir: where the local provider remembers which load mode works on this CPU.
+        probe: start the local model's worker and embed one text before choosing it, so a
+            model that crashes or will not load passes the choice on down the chain.
+    """
     env = os.environ if env is None else env
     requested = config.provider
     if requested == "none":
@@ -60,7 +77,7 @@ def choose_embedder(
         if config.fallback not in ("none", requested):
             candidates.append(config.fallback)
     for name in candidates:
-        embedder = _create(name, config, models_dir, env, skipped)
+        embedder = _create(name, config, models_dir, env, skipped, state_dir, probe)
         if embedder is not None:
             return Choice(embedder, requested, protect=False, skipped=skipped)
     return Choice(None, requested, protect=True, skipped=skipped)
@@ -72,12 +89,21 @@ def _create(
     models_dir: Path | None,
     env: Mapping[str, str],
     skipped: list[tuple[str, str]],
+    state_dir: Path | None = None,
+    probe: bool = False,
 ) -> Embedder | None:
     try:
         if name == "fake":
             return FakeEmbedder()
         if name == "local":
-            return _local(config, models_dir, skipped)
+            local = _local(config, models_dir, skipped, state_dir)
+            if local is not None and probe:
+                try:
+                    local.probe()
+                except BaseException:
+                    local.close()
+                    raise
+            return local
         from memd.embed.remote import create_remote
 
         return create_remote(name, config, env)
@@ -87,8 +113,11 @@ def _create(
 
 
 def _local(
-    config: EmbeddingConfig, models_dir: Path | None, skipped: list[tuple[str, str]]
-) -> Embedder | None:
+    config: EmbeddingConfig,
+    models_dir: Path | None,
+    skipped: list[tuple[str, str]],
+    state_dir: Path | None,
+) -> ProcessEmbedder | None:
     path: Path | None = Path(config.model_path).expanduser() if config.model_path else None
     if path is None and models_dir is not None:
         from memd.embed.models import find_default_model
@@ -104,12 +133,14 @@ def _local(
         raise ProviderUnavailable(f"model file {path} does not exist")
     if importlib.util.find_spec("llama_cpp") is None:
         raise ProviderUnavailable("llama-cpp-python is not installed: pip install 'memd[local]'")
-    from memd.embed.llama import LlamaEmbedder
+    from memd.embed.process import ModeMemory, ProcessEmbedder
 
-    return LlamaEmbedder(
+    return ProcessEmbedder(
         path,
         threads=config.threads,
         batch_size=config.batch_size,
         query_prefix=config.query_prefix or None,
         document_prefix=config.document_prefix or None,
+        memory=ModeMemory(state_dir / MODE_MEMORY) if state_dir else None,
+        timeout=config.timeout_seconds,
     )

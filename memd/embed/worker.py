@@ -166,6 +166,9 @@ class WorkerEmbedder(Embedder):
     def settings(self) -> dict[str, object]:
         return self.inner.settings()
 
+    def health(self) -> dict[str, object] | None:
+        return self.inner.health()
+
     def close(self) -> None:
         self.worker.stop()
         self.inner.close()

@@ -1,0 +1,172 @@
+"""The model worker: a process of its own that runs llama.cpp for the daemon.
+
+Started by memd/embed/process.py as ``python -m memd.embed.host``. It reads requests from
+stdin and writes replies to the stdout it was given; its own fd 1 is pointed at stderr first,
+so nothing a native library prints can corrupt the protocol. Each frame is a 4-byte big-endian
+length and a msgpack map. Requests: ``{"op": "load", ...}`` (once, first), ``{"op": "embed",
+"texts": [...], "kind": "query"|"document"}``, ``{"op": "tokens", "text": ...}``. Replies:
+``{"ok": result}`` or ``{"error": message}`` for errors the model reports in an orderly way
+(an input too long); a crash is the process dying, which the supervisor sees and handles.
+
+It exits when stdin closes (the daemon stopped or died), and on Linux also when the daemon dies
+while the worker is stuck in native code (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import struct
+import sys
+import time
+from typing import IO, Any
+
+import msgpack
+
+__all__ = ["FAULT_ENV", "MAX_FRAME", "read_frame", "write_frame"]
+
+MAX_FRAME = 256 << 20
+_HEADER = struct.Struct(">I")
+
+FAULT_ENV = "MEMD_TEST_WORKER_FAULT"
+"""Test-only: make the worker crash or hang on purpose (see ``_Faults``). Never set in use."""
+
+
+def write_frame(out: IO[bytes], message: dict[str, Any]) -> None:
+    body = msgpack.packb(message, use_bin_type=True)
+    out.write(_HEADER.pack(len(body)) + body)
+    out.flush()
+
+
+def read_frame(inp: IO[bytes]) -> dict[str, Any] | None:
+    """The next frame from a blocking stream; None at a clean end of file."""
+    header = inp.read(_HEADER.size)
+    if not header:
+        return None
+    if len(header) < _HEADER.size:
+        raise EOFError("the stream ended inside a frame header")
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes is over the limit")
+    body = inp.read(size)
+    if len(body) < size:
+        raise EOFError("the stream ended inside a frame")
+    message = msgpack.unpackb(body, raw=False)
+    if not isinstance(message, dict):
+        raise ValueError("a frame must hold a map")
+    return message
+
+
+class _Faults:
+    """Crashes and hangs on demand, for the supervisor's tests (a native crash in llama.cpp
+    cannot be triggered at will on every CPU, so the tests ask for one here).
+
+    ``MEMD_TEST_WORKER_FAULT`` holds rules separated by ``;``, each ``ACTION:WHEN[:MODE]``:
+    ACTION is ``segv``, ``ill`` (die by that signal), ``exit`` (exit 3) or ``hang``; WHEN is
+    ``load``, ``embedN`` (the Nth embed request of this process), ``query`` or ``document``
+    (every embed request of that kind); MODE limits the rule to one load mode (``default``,
+    ``safe``, ``safe-1-thread``).
+    """
+
+    def __init__(self, spec: str, mode: str) -> None:
+        self.rules: list[tuple[str, str]] = []
+        for rule in filter(None, (r.strip() for r in spec.split(";"))):
+            action, when, *only = rule.split(":")
+            if not only or only[0] == mode:
+                self.rules.append((action, when))
+
+    def at(self, when: str) -> None:
+        for action, rule_when in self.rules:
+            if rule_when == when:
+                _fail(action)
+
+
+def _fail(action: str) -> None:
+    if action == "hang":
+        while True:
+            time.sleep(3600)
+    if action == "exit":
+        os._exit(3)
+    sig = {"segv": signal.SIGSEGV, "ill": signal.SIGILL}[action]
+    signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+    time.sleep(10)  # the signal is delivered before this returns
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return  # elsewhere the closed stdin ends the worker once native code returns
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(0)
+
+
+def serve(inp: IO[bytes], out: IO[bytes]) -> int:
+    from memd.embed.llama import LlamaEmbedder
+    from memd_client.errors import ProviderUnavailable
+
+    engine: LlamaEmbedder | None = None
+    faults = _Faults("", "")
+    embeds = 0
+    while True:
+        request = read_frame(inp)
+        if request is None:
+            return 0
+        op = request.get("op")
+        try:
+            if op == "load":
+                faults = _Faults(os.environ.get(FAULT_ENV, ""), str(request["mode"]))
+                faults.at("load")
+                engine = LlamaEmbedder(
+                    request["path"],
+                    threads=int(request["threads"]),
+                    query_prefix=request["query_prefix"],
+                    document_prefix=request["document_prefix"],
+                    extra_bufts=bool(request["extra_bufts"]),
+                )
+                engine.load()
+                result: Any = {"pid": os.getpid(), "dims": engine.dims}
+            elif engine is None:
+                raise ProviderUnavailable(f"{op!r} before the model was loaded")
+            elif op == "embed":
+                embeds += 1
+                faults.at(f"embed{embeds}")
+                faults.at(str(request["kind"]))
+                vectors = engine.embed_batch(request["texts"], kind=request["kind"])
+                result = {"rows": int(vectors.shape[0]), "data": vectors.tobytes()}
+            elif op == "tokens":
+                result = engine.count_tokens(request["text"])
+            else:
+                raise ProviderUnavailable(f"unknown request {op!r}")
+        except ProviderUnavailable as exc:
+            write_frame(out, {"error": str(exc)})
+            continue
+        except Exception as exc:  # reported to the daemon, which keeps the worker
+            write_frame(out, {"error": f"{type(exc).__name__}: {exc}"})
+            continue
+        write_frame(out, {"ok": result})
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on `memd run` is the daemon's to handle
+    _die_with_parent()
+    # A core file per native crash of a 100 MB model process helps nobody; the daemon logs it.
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        return serve(sys.stdin.buffer, out)
+    except (EOFError, BrokenPipeError):
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,437 @@
+"""The local provider as the daemon sees it: llama.cpp in a supervised worker process.
+
+A native crash or hang inside llama.cpp (SIGILL from the AMX kernels of some Xeon CPUs is the
+one seen in the field) must cost the vectors, never the daemon or keyword search. So the model
+runs in a child process (memd/embed/host.py, started with exec, not fork), and this class:
+
+- speaks to it over its stdin/stdout with length-prefixed msgpack frames, every answer awaited
+  under a deadline;
+- on a death (any signal, any exit) or a missed deadline kills and reaps it and raises
+  ProviderUnavailable, so files stay pending and searches fall back to keyword mode; the next
+  call starts a new worker after a backoff (1 s doubling to 60 s);
+- when the worker dies while loading or on its first embedding, retries at once with safer load
+  modes (extra buffer types off, then one thread as well) before it gives up on the model; the
+  mode that worked is remembered per model file and CPU, so the next start does not crash first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import platform
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import msgpack
+import numpy as np
+
+from memd.embed.base import Embedder, Kind, Vectors
+from memd.embed.host import MAX_FRAME, write_frame
+from memd.embed.llama import LlamaEmbedder
+from memd_client.errors import ProviderUnavailable
+
+__all__ = ["MODES", "LoadMode", "ModeMemory", "ProcessEmbedder", "cpu_signature"]
+
+logger = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">I")
+
+
+@dataclass(frozen=True)
+class LoadMode:
+    name: str
+    extra_bufts: bool
+    one_thread: bool
+    label: str
+
+
+# Tried in this order while the worker keeps dying on load or on its first embedding.
+MODES = (
+    LoadMode("default", True, False, "default settings"),
+    LoadMode("safe", False, False, "safe mode: extra buffer types off"),
+    LoadMode("safe-1-thread", False, True, "safe mode: extra buffer types off, one thread"),
+)
+_MODE_INDEX = {m.name: i for i, m in enumerate(MODES)}
+
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 60.0
+
+
+class WorkerDied(Exception):
+    """The worker process died or stopped answering; ``cause`` says how ("SIGILL", "exit 3")."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+def cpu_signature() -> str:
+    """A short hash naming this CPU: the kernels llama.cpp picks depend on its model and flags."""
+    parts = [platform.machine(), platform.processor()]
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("vendor_id", "model name", "flags", "Features", "CPU part"):
+                    parts.append(value.strip())
+                elif not line.strip() and len(parts) > 2:
+                    break  # the first processor is enough
+    except OSError:
+        pass
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+class ModeMemory:
+    """Which load mode works for which model file on which CPU, kept in one small JSON file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        entry = self._read().get(key)
+        return entry if isinstance(entry, dict) and entry.get("mode") in _MODE_INDEX else None
+
+    def put(self, key: str, mode: str, reason: str) -> None:
+        with self._lock:
+            data = self._read()
+            data[key] = {"mode": mode, "reason": reason, "at": int(time.time())}
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit {returncode}"
+
+
+class ProcessEmbedder(Embedder):
+    """A local GGUF model served by a supervised worker process; same identity as in-process.
+
+    Args:
+        memory: where the working load mode is remembered (None: nowhere).
+        load_timeout: seconds a worker may take to start and load the model.
+        timeout: seconds allowed for one embedding call, plus ``per_text`` for each text.
+    """
+
+    provider = "local"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        threads: int = 0,
+        batch_size: int = 32,
+        query_prefix: str | None = None,
+        document_prefix: str | None = None,
+        memory: ModeMemory | None = None,
+        load_timeout: float = 120.0,
+        timeout: float = 60.0,
+        per_text: float = 2.0,
+    ) -> None:
+        # The header is read here, in the daemon; nothing is loaded until the worker starts.
+        spec = LlamaEmbedder(
+            model_path, threads=threads, query_prefix=query_prefix, document_prefix=document_prefix
+        )
+        self.path = spec.path
+        self.meta = spec.meta
+        self.model = spec.model
+        self.dims = spec.dims
+        self.max_tokens = spec.max_tokens
+        self.batch_size = batch_size
+        self.threads = spec.threads
+        self.prefixes = spec.prefixes
+        self._settings = spec.settings()
+        self.memory = memory
+        self.memory_key = f"{spec.fingerprint}:{cpu_signature()}"
+        self.load_timeout = load_timeout
+        self.timeout = timeout
+        self.per_text = per_text
+
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._selector: selectors.BaseSelector | None = None
+        self._mode = 0
+        self.mode_reason = ""
+        remembered = memory.get(self.memory_key) if memory else None
+        if remembered:
+            self._mode = _MODE_INDEX[remembered["mode"]]
+            self.mode_reason = str(remembered.get("reason", ""))
+        self._proven = False  # the current mode has embedded something
+        self._failures = 0  # deaths in a row since the last success
+        self._retry_at = 0.0
+        self.restarts = 0
+        self.last_exit: str | None = None
+        self.failed: str | None = None
+        self.crashes: list[str] = []  # "default: SIGILL", one per death, for doctor and errors
+
+    # -- Embedder ---------------------------------------------------------------------------------
+
+    def settings(self) -> dict[str, object]:
+        # The load mode is left out: it changes how llama.cpp computes, not what it computes,
+        # and a fallback must not cost a rebuild of every index.
+        return dict(self._settings)
+
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        deadline = self.timeout + self.per_text * len(texts)
+        result = self._request({"op": "embed", "texts": list(texts), "kind": kind}, deadline)
+        vectors = np.frombuffer(result["data"], dtype=np.float32)
+        return vectors.reshape(int(result["rows"]), self.dims).copy()
+
+    def count_tokens(self, text: str) -> int:
+        return int(self._request({"op": "tokens", "text": text}, self.timeout))
+
+    def probe(self) -> None:
+        """Start the worker and embed one text, walking the load modes if it dies doing so."""
+        self.embed_batch(["memd probe"], kind="query")
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop(graceful=True)
+
+    def describe(self) -> str:
+        return f"local:{self.path.name} ({self.dims} dims)"
+
+    # -- what status shows ------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> LoadMode:
+        return MODES[min(self._mode, len(MODES) - 1)]
+
+    def health(self) -> dict[str, object] | None:
+        return self.worker_status()
+
+    def worker_status(self) -> dict[str, Any]:
+        proc = self._proc
+        state = "failed" if self.failed else "running" if proc is not None else "stopped"
+        if state == "stopped" and self._retry_at > time.monotonic():
+            state = "restarting"
+        return {
+            "state": state,
+            "pid": proc.pid if proc is not None else None,
+            "restarts": self.restarts,
+            "last_exit": self.last_exit,
+            "mode": self.mode.name,
+            "settings": self.mode.label,
+            "reason": self.mode_reason or None,
+            "error": self.failed,
+        }
+
+    def summary(self) -> str:
+        """One line for humans: the model, and the load mode when it is not the default."""
+        text = f"local {self.path.name}"
+        if self._mode:
+            why = f", after {self.mode_reason}" if self.mode_reason else ""
+            text += f" ({self.mode.label}{why})"
+        return text
+
+    # -- supervision ------------------------------------------------------------------------------
+
+    def _request(self, message: dict[str, Any], timeout: float) -> Any:
+        with self._lock:
+            while True:
+                if self.failed:
+                    raise ProviderUnavailable(self.failed)
+                try:
+                    if self._proc is None:
+                        wait = self._retry_at - time.monotonic()
+                        if wait > 0:
+                            raise ProviderUnavailable(
+                                f"local model worker died ({self.last_exit}); "
+                                f"restarting in {wait:.0f} s"
+                            )
+                        self._start()
+                    reply = self._exchange(message, timeout)
+                except WorkerDied as exc:
+                    self._died(exc.cause)  # raises unless a safer mode is to be tried now
+                    continue
+                if "error" in reply:
+                    raise ProviderUnavailable(f"local model: {reply['error']}")
+                if message["op"] == "embed":
+                    self._succeeded()
+                return reply["ok"]
+
+    def _start(self) -> None:
+        mode = self.mode
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "memd.embed.host"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            close_fds=True,
+        )
+        assert self._proc.stdout is not None
+        os.set_blocking(self._proc.stdout.fileno(), False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._proc.stdout, selectors.EVENT_READ)
+        load = {
+            "op": "load",
+            "path": str(self.path),
+            "threads": 1 if mode.one_thread else self.threads,
+            "query_prefix": self.prefixes.query,
+            "document_prefix": self.prefixes.document,
+            "extra_bufts": mode.extra_bufts,
+            "mode": mode.name,
+        }
+        reply = self._exchange(load, self.load_timeout)
+        if "error" in reply:
+            self._stop(graceful=True)
+            self._give_up(f"local model {self.path.name} failed to load: {reply['error']}")
+        logger.info(
+            "local model worker %d started: %s (%s)", self._proc.pid, self.path.name, mode.label
+        )
+
+    def _exchange(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        try:
+            write_frame(proc.stdin, message)
+        except (BrokenPipeError, ConnectionResetError):
+            raise WorkerDied(self._reap()) from None
+        deadline = time.monotonic() + timeout
+        header = self._read(proc.stdout, _HEADER.size, deadline, timeout)
+        (size,) = _HEADER.unpack(header)
+        if size > MAX_FRAME:
+            self._kill()
+            raise WorkerDied("a malformed reply")
+        reply = msgpack.unpackb(self._read(proc.stdout, size, deadline, timeout), raw=False)
+        if not isinstance(reply, dict):
+            self._kill()
+            raise WorkerDied("a malformed reply")
+        return reply
+
+    def _read(self, stream: IO[bytes], size: int, deadline: float, timeout: float) -> bytes:
+        assert self._selector is not None
+        chunks: list[bytes] = []
+        left = size
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._selector.select(remaining):
+                if time.monotonic() < deadline:
+                    continue
+                self._kill()
+                raise WorkerDied(f"no answer within {timeout:g} s")
+            try:
+                data = os.read(stream.fileno(), left)
+            except BlockingIOError:
+                continue
+            if not data:
+                raise WorkerDied(self._reap())
+            chunks.append(data)
+            left -= len(data)
+        return b"".join(chunks)
+
+    def _died(self, cause: str) -> None:
+        """Clean up after a dead worker; return to retry at once in a safer mode, else raise."""
+        self._stop(graceful=False)
+        self.last_exit = cause
+        self.restarts += 1
+        mode = self.mode
+        self.crashes.append(f"{mode.label}: {cause}")
+        if not self._proven:
+            logger.error(
+                "local model worker died (%s) loading or on its first embedding (%s)",
+                cause,
+                mode.label,
+            )
+            if self._mode + 1 < len(MODES):
+                self._mode += 1
+                self.mode_reason = cause
+                if self.memory is not None:
+                    with contextlib.suppress(OSError):
+                        self.memory.put(self.memory_key, self.mode.name, cause)
+                logger.warning("retrying %s in %s", self.path.name, self.mode.label)
+                return
+            self._give_up(
+                f"local model {self.path.name} crashed in every load mode "
+                f"({'; '.join(self.crashes)})"
+            )
+        self._failures += 1
+        wait = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (self._failures - 1))
+        self._retry_at = time.monotonic() + wait
+        logger.error("local model worker died (%s); restarting in %.0f s", cause, wait)
+        raise ProviderUnavailable(f"local model worker died ({cause}); restarting in {wait:.0f} s")
+
+    def _give_up(self, why: str) -> None:
+        self.failed = why
+        logger.error("%s", why)
+        raise ProviderUnavailable(why)
+
+    def _succeeded(self) -> None:
+        self._failures = 0
+        if not self._proven:
+            self._proven = True
+            if self._mode and self.memory is not None:
+                with contextlib.suppress(OSError):
+                    self.memory.put(self.memory_key, self.mode.name, self.mode_reason)
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+
+    def _reap(self) -> str:
+        """Wait for the worker that closed its pipe; say how it ended."""
+        assert self._proc is not None
+        try:
+            code = self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            code = self._proc.wait()
+            return "closed its pipe and was killed"
+        return describe_exit(code)
+
+    def _stop(self, *, graceful: bool) -> None:
+        proc, self._proc = self._proc, None
+        if self._selector is not None:
+            self._selector.close()
+            self._selector = None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        if graceful:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()

@@ -1,0 +1,303 @@
+"""The local model in its worker process: real llama.cpp, real crashes, real hangs.
+
+A native crash in llama.cpp cannot be called up at will on every CPU, so the crash and hang
+tests use the worker's test-only fault hook (MEMD_TEST_WORKER_FAULT, memd/embed/host.py): the
+worker process really dies by SIGSEGV/SIGILL or really stops answering, with the real model
+loaded, and everything the supervisor does after that is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memd.config import EmbeddingConfig
+from memd.embed.host import FAULT_ENV
+from memd.embed.process import ModeMemory, ProcessEmbedder, cpu_signature
+from memd.embed.select import choose_embedder
+from memd_client.errors import ProviderUnavailable
+
+MODEL = os.environ.get("MEMD_TEST_MODEL", "")
+needs_model = pytest.mark.skipif(
+    not MODEL or not Path(MODEL).is_file(), reason="set MEMD_TEST_MODEL to a GGUF embedding model"
+)
+E5 = Path(MODEL).with_name("multilingual-e5-small.Q4_0.gguf") if MODEL else Path("absent")
+needs_e5 = pytest.mark.skipif(not E5.is_file(), reason="multilingual-e5-small is not beside it")
+
+pytestmark = needs_model
+
+
+def cosine(a: np.ndarray, b: list[float]) -> float:
+    target = np.asarray(b, dtype=np.float32)
+    return float(a @ target / np.linalg.norm(target))
+
+
+@pytest.fixture
+def fault(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Set the worker's fault rules (workers started after this inherit them)."""
+
+    def _set(spec: str) -> None:
+        monkeypatch.setenv(FAULT_ENV, spec)
+
+    return _set
+
+
+def embedder(tmp_path: Path, **kwargs: object) -> ProcessEmbedder:
+    kwargs.setdefault("memory", ModeMemory(tmp_path / "modes.json"))
+    return ProcessEmbedder(MODEL, threads=2, **kwargs)  # type: ignore[arg-type]
+
+
+def test_reference_vectors_come_from_another_process(tmp_path: Path) -> None:
+    ref = json.loads(Path(MODEL).with_name("all-MiniLM-L6-v2.reference.json").read_text())
+    e = embedder(tmp_path)
+    try:
+        vectors = e.embed_batch([v["text"] for v in ref["vectors"]])
+        worker = e.worker_status()
+        assert worker["state"] == "running" and worker["pid"] not in (None, os.getpid())
+        assert e.count_tokens("hello world") == 4  # [CLS] hello world [SEP], from the worker
+    finally:
+        e.close()
+    assert vectors.shape == (5, 384)
+    for row, expected in zip(vectors, ref["vectors"]):
+        assert cosine(row, expected["embedding"]) >= 0.99, expected["text"]
+    assert e.worker_status()["state"] == "stopped"
+
+
+@needs_e5
+def test_multilingual_e5_reference_vectors_with_its_prefixes(tmp_path: Path) -> None:
+    ref = json.loads(E5.with_name("multilingual-e5-small.reference.json").read_text())
+    e = ProcessEmbedder(E5, threads=2)
+    try:
+        assert (e.prefixes.query, e.prefixes.document) == ("query: ", "passage: ")
+        texts = [v["text"] for v in ref["vectors"]]
+        queries = e.embed_batch(texts, kind="query")
+        passages = e.embed_batch(texts, kind="document")
+    finally:
+        e.close()
+    for q, p, expected in zip(queries, passages, ref["vectors"]):
+        assert cosine(q, expected["query"]) >= 0.99, expected["text"]
+        assert cosine(p, expected["passage"]) >= 0.99, expected["text"]
+
+
+def test_crash_at_load_falls_back_to_safe_mode_and_is_remembered(tmp_path: Path, fault) -> None:  # type: ignore[no-untyped-def]
+    fault("segv:load:default")
+    e = embedder(tmp_path)
+    try:
+        e.probe()
+        status = e.worker_status()
+        assert (status["mode"], status["reason"], status["restarts"]) == ("safe", "SIGSEGV", 1)
+        assert "extra buffer types off" in e.summary() and "SIGSEGV" in e.summary()
+    finally:
+        e.close()
+    saved = json.loads((tmp_path / "modes.json").read_text())
+    assert saved[f"{e.settings()['file']}:{cpu_signature()}"]["mode"] == "safe"
+    # The next start goes straight to the mode that works: no crash first.
+    again = embedder(tmp_path)
+    try:
+        again.probe()
+        assert again.worker_status()["restarts"] == 0 and again.mode.name == "safe"
+    finally:
+        again.close()
+    assert e.settings_key == again.settings_key, "a fallback must not change the index identity"
+
+
+def test_sigill_on_first_embedding_walks_both_safe_modes(tmp_path: Path, fault) -> None:  # type: ignore[no-untyped-def]
+    fault("ill:embed1:default;segv:embed1:safe")
+    e = embedder(tmp_path)
+    try:
+        assert e.embed_batch(["hello"]).shape == (1, 384)
+        assert e.mode.name == "safe-1-thread" and e.restarts == 2
+        assert e.crashes == [
+            "default settings: SIGILL",
+            "safe mode: extra buffer types off: SIGSEGV",
+        ]
+    finally:
+        e.close()
+
+
+def test_crash_in_every_mode_fails_the_provider_and_the_chain_moves_on(
+    tmp_path: Path, fault
+) -> None:  # type: ignore[no-untyped-def]
+    fault("segv:load")
+    e = embedder(tmp_path)
+    with pytest.raises(ProviderUnavailable, match="crashed in every load mode"):
+        e.probe()
+    assert e.worker_status()["state"] == "failed"
+    with pytest.raises(ProviderUnavailable, match="crashed in every load mode"):
+        e.embed_batch(["again"])  # no fourth start
+    assert e.restarts == 3
+    e.close()
+    choice = choose_embedder(
+        EmbeddingConfig(model_path=MODEL, fallback="fake", provider="local"),
+        env={},
+        state_dir=tmp_path,
+        probe=True,
+    )
+    assert choice.embedder is not None and choice.embedder.provider == "fake"
+    assert choice.skipped[0][0] == "local" and "SIGSEGV" in choice.skipped[0][1]
+
+
+def test_crash_on_a_later_batch_restarts_with_backoff(tmp_path: Path, fault) -> None:  # type: ignore[no-untyped-def]
+    fault("segv:embed3")
+    e = embedder(tmp_path)
+    try:
+        e.embed_batch(["one"])
+        first_pid, mode = e.worker_status()["pid"], e.mode  # safe already on an AMX CPU
+        e.embed_batch(["two"])
+        with pytest.raises(ProviderUnavailable, match=r"died \(SIGSEGV\)"):
+            e.embed_batch(["three"])
+        status = e.worker_status()
+        assert status["state"] == "restarting" and status["last_exit"] == "SIGSEGV"
+        assert e.mode == mode, "a crash after success is not a settings problem"
+        with pytest.raises(ProviderUnavailable, match="restarting in"):
+            e.embed_batch(["too soon"])
+        time.sleep(1.1)
+        assert e.embed_batch(["after the backoff"]).shape == (1, 384)
+        assert e.worker_status()["pid"] not in (None, first_pid)
+    finally:
+        e.close()
+
+
+def test_a_hanging_worker_is_killed_at_the_deadline(tmp_path: Path, fault) -> None:  # type: ignore[no-untyped-def]
+    fault("hang:embed2")
+    e = embedder(tmp_path, timeout=1.0, per_text=0.0)
+    try:
+        e.embed_batch(["fine"])
+        pid = e.worker_status()["pid"]
+        with pytest.raises(ProviderUnavailable, match="no answer within 1 s"):
+            e.embed_batch(["stuck"])
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # killed and reaped
+        assert e.worker_status()["last_exit"] == "no answer within 1 s"
+    finally:
+        e.close()
+
+
+def test_orderly_model_errors_keep_the_worker(tmp_path: Path) -> None:
+    e = embedder(tmp_path)
+    try:
+        e.probe()
+        pid, restarts = e.worker_status()["pid"], e.restarts  # 1 on an AMX CPU
+        with pytest.raises(ProviderUnavailable, match="exceed"):
+            e.embed_batch([" ".join(f"x{i}y" for i in range(3000))])
+        assert e.worker_status()["pid"] == pid and e.restarts == restarts
+    finally:
+        e.close()
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting for a reaper that is not ours counts as dead)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="PR_SET_PDEATHSIG is Linux only")
+def test_the_worker_dies_with_the_daemon(tmp_path: Path) -> None:
+    """A worker whose parent is SIGKILLed does not live on holding the model."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, time\n"
+        "from memd.embed.process import ProcessEmbedder\n"
+        f"e = ProcessEmbedder({MODEL!r}, threads=1)\n"
+        "e.probe()\n"
+        "print(e.worker_status()['pid'], flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if not alive(worker):
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            pytest.fail("the worker outlived its daemon")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+
+def wait_for(predicate, what: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_daemon_survives_a_worker_that_dies_on_every_document_batch(tmp_path: Path, fault) -> None:  # type: ignore[no-untyped-def]
+    """The model's worker dies by SIGSEGV on every document batch (queries work): the daemon
+    keeps serving, keyword search answers, no file is reported clean without vectors, status
+    names the worker, its restarts and the signal; once the crashes stop, vectors fill."""
+    import memd_client
+    from memd.config import Config
+
+    from .daemon_fixture import running_daemon
+
+    fault("segv:document")
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nThe staging cluster is called Orion.\n")
+    (ws / "memory" / "2026-11-30.md").write_text("Bob fixed the flaky deploy script.\n")
+    config = Config.load(embedding=EmbeddingConfig(provider="local", model_path=MODEL))
+    with running_daemon(config, choose_embedder=True) as daemon:
+        with memd_client.connect(daemon.socket_path, timeout=30) as c:
+            c.workspace_add(ws, name="crashy")
+
+            def crashed() -> dict | None:  # type: ignore[type-arg]
+                st = c.status("crashy")["workspaces"][0]
+                worker = st["provider"]["worker"]
+                return st if worker["restarts"] >= 1 and st["files_indexed"] == 2 else None
+
+            st = wait_for(crashed, "the worker to crash on a document batch")
+            worker = st["provider"]["worker"]
+            assert worker["last_exit"] == "SIGSEGV"
+            assert st["dirty"] and st["files_pending"] == 2 and st["vectors"] == 0
+            assert "SIGSEGV" in (st["provider"]["last_error"] or "")
+            found = c.search("crashy", "what is the staging cluster called")
+            assert found["results"][0]["path"] == "MEMORY.md"
+            assert found["mode"] == "keyword" and found["note"]
+            assert daemon.ready.is_set()
+
+            # The crashes stop (a fixed model, a new llama.cpp): a reindex fills the vectors.
+            os.environ.pop(FAULT_ENV)
+            time.sleep(1.1)  # past the worker's first backoff
+            c.reindex("crashy", timeout=60)
+            st = wait_for(
+                lambda: (
+                    (s := c.status("crashy")["workspaces"][0])["vectors"] == s["chunks"]
+                    and not s["dirty"]
+                    and s
+                ),
+                "vectors for every chunk",
+            )
+            assert st["provider"]["worker"]["state"] == "running"
+            back = c.search("crashy", "what is the staging cluster called")
+            assert back["mode"] == "hybrid" and back["results"][0]["path"] == "MEMORY.md"
