@@ -19,6 +19,7 @@ from pathlib import Path
 
 from memd.config import Config
 from memd.embed.llama import LlamaEmbedder
+from memd.embed.process import ProcessEmbedder
 from memd.embed.worker import WorkerEmbedder
 from memd.index.cache import EmbeddingCache
 from memd.index.chunk import chunk_text
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     workspaces = sorted(p for p in Path(args.data).iterdir() if p.is_dir())
 
     # The chunks memd will embed, cut exactly as memd cuts them.
-    probe = LlamaEmbedder(args.model, threads=args.threads)
+    probe = ProcessEmbedder(args.model, threads=args.threads)
     texts: list[str] = []
     for ws in workspaces:
         for f in discover(ws).files:
@@ -52,32 +53,23 @@ def main(argv: list[str] | None = None) -> int:
             texts.extend(c.text for c in chunks)
     texts = list(dict.fromkeys(texts))  # memd embeds each distinct text once
     tokens = sum(probe.count_tokens(t) for t in texts)
+    mode = probe.mode
     probe.close()
 
-    from llama_cpp import Llama
-
-    llm = Llama(
-        model_path=args.model,
-        embedding=True,
-        verbose=False,
-        n_ctx=512,
-        n_batch=512,
-        n_ubatch=512,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-    )
+    raw = LlamaEmbedder(args.model, threads=args.threads, extra_bufts=mode.extra_bufts)
+    llm = raw.load()
     llm.embed(texts[:4], truncate=False)  # warm up
     start = time.perf_counter()
     for i in range(0, len(texts), args.batch):
         llm.embed(texts[i : i + args.batch], normalize=True, truncate=False)
     raw_s = time.perf_counter() - start
-    llm.close()
+    raw.close()
 
     with tempfile.TemporaryDirectory(prefix="memd-bench-") as home:
         config = Config.load(env={"MEMD_HOME": home})
         cache = EmbeddingCache(config.cache_path)
         embedder = WorkerEmbedder(
-            LlamaEmbedder(args.model, threads=args.threads, batch_size=args.batch)
+            ProcessEmbedder(args.model, threads=args.threads, batch_size=args.batch)
         )
         embedder.embed_query("warm up")
         embedded = 0
@@ -97,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         "code": code_state(),
         "model": Path(args.model).name,
         "threads": args.threads,
+        "load_mode": mode.label,
         "chunks": len(texts),
         "tokens": tokens,
         "raw_seconds": round(raw_s, 2),
