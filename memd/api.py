@@ -25,6 +25,7 @@ from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import MANUAL
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
+from memd.files import MemoryPath
 from memd.indexer import URGENT, Indexer
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.registry import save_registry
@@ -266,20 +267,25 @@ class Api:
         if not isinstance(path, str):
             raise BadRequest("path must be a string")
         allowed = allowed_sources(caller, self.service.config.scopes)
-        if path.strip().startswith("sessions/"):
-            if "sessions" not in allowed or not self._may_see_sessions(ws, caller):
-                raise PathRefused(
-                    "path refused: session transcripts are visible to their own agent only"
-                )
-        elif is_longterm(path.strip()) and "longterm" not in allowed:
-            raise PathRefused("path refused: long-term memory is not available in this chat")
-        elif "memory" not in allowed:
-            raise PathRefused("path refused: memory is not available in this chat")
+
+        def check(target: MemoryPath | str) -> None:
+            """The one access decision of ``get``, on the resolved target."""
+            if isinstance(target, str):  # a session transcript
+                if "sessions" not in allowed or not self._may_see_sessions(ws, caller):
+                    raise PathRefused(
+                        "path refused: session transcripts are visible to their own agent only"
+                    )
+            elif target.longterm and "longterm" not in allowed:
+                raise PathRefused("path refused: long-term memory is not available in this chat")
+            elif "memory" not in allowed:
+                raise PathRefused("path refused: memory is not available in this chat")
+
         result = self.service.get(
             ws.name,
             path,
             int_param(params, "from", 1, 10**9, 1) or 1,
             int_param(params, "lines", 1, 10_000),
+            check=check,
         )
         return {
             "path": result.path,

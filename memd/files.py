@@ -16,7 +16,16 @@ from memd.lines import read_window
 from memd.workspace import resolve_extra_paths
 from memd_client.errors import BadRequest, PathRefused
 
-__all__ = ["MAX_LINES", "MAX_PATH_CHARS", "GetResult", "read_lines", "resolve_memory_path"]
+__all__ = [
+    "MAX_LINES",
+    "MAX_PATH_CHARS",
+    "GetResult",
+    "MemoryPath",
+    "locate",
+    "read_lines",
+    "read_located",
+    "resolve_memory_path",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +50,26 @@ class GetResult:
 
 
 @dataclass(frozen=True)
-class _Target:
+class MemoryPath:
+    """A ``get`` path resolved and contained: what access decisions are made on, and what is
+    then opened (walking down from ``container`` without following symlinks)."""
+
     rel: str  # what the caller asked for, normalised
     real: str  # the symlink-free path that will be opened
     container: str  # symlink-free directory the open walks down from
     parts: tuple[str, ...]  # components below container
+    # The workspace's long-term memory (MEMORY.md), by the name asked for or by the file a
+    # symlink or another spelling leads to; compared without case, as on macOS volumes.
+    longterm: bool = False
+
+
+_Target = MemoryPath
+
+
+def _is_longterm(root_real: str, rel: str, real: str) -> bool:
+    return (
+        rel.lower() == "memory.md" or real.lower() == os.path.join(root_real, "memory.md").lower()
+    )
 
 
 def _refuse(reason: str) -> PathRefused:
@@ -160,7 +184,7 @@ def _resolve(root: Path, path: object, extra_paths: Sequence[str]) -> _Target:
             raise _refuse("leads through a symlink to a file that is not a memory file")
         raise _refuse("leads outside the workspace through a symlink")
     below = os.path.relpath(real, container).split("/")
-    return _Target(rel, real, container, tuple(below))
+    return MemoryPath(rel, real, container, tuple(below), _is_longterm(root_real, rel, real))
 
 
 def _realpath(path: str) -> str:
@@ -250,7 +274,19 @@ def read_lines(
     _check_int("from", from_line, 1, None)
     _check_int("lines", lines, 1, MAX_LINES)
     _check_int("max_chars", max_chars, 1, None)
-    t = _resolve(root, path, extra_paths)
+    return read_located(locate(root, path, extra_paths), from_line, lines, max_chars)
+
+
+def locate(root: Path, path: object, extra_paths: Sequence[str] = ()) -> MemoryPath:
+    """Resolve and contain a ``get`` path; raises PathRefused naming why it may not be read."""
+    return _resolve(root, path, extra_paths)
+
+
+def read_located(t: MemoryPath, from_line: int, lines: int, max_chars: int) -> GetResult:
+    """Lines of a file :func:`locate` resolved (no symlink is followed on the way)."""
+    _check_int("from", from_line, 1, None)
+    _check_int("lines", lines, 1, MAX_LINES)
+    _check_int("max_chars", max_chars, 1, None)
     empty = GetResult(t.rel, "", from_line, 0, False, None, missing=True)
     fd = _open_beneath(t)
     if fd is None:

@@ -79,5 +79,5 @@ def allowed_sources(caller: Caller, rules: Sequence[ScopeRule]) -> set[str]:
 
 
 def is_longterm(path: str) -> bool:
-    """MEMORY.md and its legacy spelling: the curated long-term memory."""
-    return path in ("MEMORY.md", "memory.md")
+    """MEMORY.md and its legacy spelling (any case): the curated long-term memory."""
+    return path.lower() == "memory.md"

@@ -12,6 +12,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from memd.config import Config
 from memd.embed.base import Embedder
 from memd.embed.select import Choice, choose_embedder
 from memd.embed.worker import WorkerEmbedder
-from memd.files import GetResult, read_lines
+from memd.files import GetResult, MemoryPath, locate, read_located
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
 from memd.index.sync import Progress, Syncer, SyncReport
@@ -238,17 +239,32 @@ class MemoryService:
         with ws.index.reader() as store:
             return store.identity() is None
 
-    def get(self, ref: str, path: str, from_line: int = 1, lines: int | None = None) -> GetResult:
+    def get(
+        self,
+        ref: str,
+        path: str,
+        from_line: int = 1,
+        lines: int | None = None,
+        *,
+        check: Callable[[MemoryPath | str], None] | None = None,
+    ) -> GetResult:
+        """Lines of a memory file or transcript of a workspace.
+
+        ``check`` is the caller's access decision, given the resolved target (or a transcript's
+        name): it is made once, on what will really be opened, and raises to refuse.
+        """
         ws = self.workspace(ref)
+        if not isinstance(path, str):
+            raise BadRequest("path must be a string")
         if path.strip().startswith("sessions/"):
+            if check is not None:
+                check(path.strip())
             return self._get_transcript(ws, path.strip(), from_line, lines)
-        return read_lines(
-            ws.root,
-            path,
-            from_line=from_line,
-            lines=lines or self.config.get.default_lines,
-            max_chars=self.config.get.max_chars,
-            extra_paths=ws.extra_paths,
+        target = locate(ws.root, path, ws.extra_paths)
+        if check is not None:
+            check(target)
+        return read_located(
+            target, from_line, lines or self.config.get.default_lines, self.config.get.max_chars
         )
 
     def _get_transcript(
