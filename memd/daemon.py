@@ -32,6 +32,7 @@ from memd.dreams.ranking import SCHEDULED
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.embed.select import Choice
+from memd.fileio import make_private
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
@@ -107,7 +108,7 @@ class Daemon:
         self.api: Api | None = None
         self.watchers: dict[Path, WorkspaceWatcher] = {}
         self._watch_lock = threading.Lock()
-        self._lock_fd: int | None = None
+        self._lock_fds: list[int] = []
         self.clock = clock
         self.recorder: RecallRecorder | None = None
         self.schedule: Schedule | None = None
@@ -132,7 +133,18 @@ class Daemon:
         return EXIT_OK
 
     def startup(self) -> None:
+        # Indexes and their WAL hold the text of every memory file: whatever the shell's umask,
+        # what memd creates is its user's alone (0700 directories, 0600 files), and what an
+        # earlier install left readable to others is tightened before anything is opened.
+        os.umask(0o077)
         self._take_lock()
+        tightened = make_private(self.config.state_dir)
+        if tightened:
+            logger.warning(
+                "made %d file(s) in %s private (they were readable by other users)",
+                tightened,
+                self.config.state_dir,
+            )
         service = MemoryService(self.config, choice=self.choice)
         self.service = service
         for entry in load_registry(self.registry_path):
@@ -246,9 +258,8 @@ class Daemon:
         if self.service is not None:
             self.service.close()
             self.service = None
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # the lock file stays; unlinking it would reopen the race
-            self._lock_fd = None
+        while self._lock_fds:  # the lock files stay; unlinking them would reopen the race
+            os.close(self._lock_fds.pop())
 
     def request_stop(self) -> None:
         self.should_exit.set()
@@ -312,19 +323,25 @@ class Daemon:
         return self.config.state_dir / "workspaces.json"
 
     def _take_lock(self) -> None:
-        """One memd per user: an flock held for the life of the process (released on crash)."""
+        """One memd per state directory and per socket directory: flocks held for the life of
+        the process (released on crash). Two daemons on one MEMD_HOME with different sockets
+        would both write its indexes and registry; the state directory's lock refuses the second.
+        """
         prepare_directory(self.socket_path.parent)
-        fd = os.open(
-            self.socket_path.parent / "memd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
-        )
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise AlreadyRunning(f"memd is already running (socket {self.socket_path})") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
+        self.config.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for where, what in (
+            (self.config.state_dir, f"state directory {self.config.state_dir}"),
+            (self.socket_path.parent, f"socket {self.socket_path}"),
+        ):
+            fd = os.open(where / "memd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise AlreadyRunning(f"memd is already running ({what})") from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            self._lock_fds.append(fd)
 
     def _check_sessions(self) -> None:
         """Transcripts are not watched event by event: every few seconds a cheap stat pass asks

@@ -98,6 +98,7 @@ def run_checks(
         ("model", lambda: check_model(config, load_model=load_model)),
         ("api keys", lambda: check_keys(config)),
         ("socket directory", lambda: check_socket_dir(socket)),
+        ("private state", lambda: check_private_state(config)),
         ("daemon", daemon),
         ("inotify", lambda: check_inotify(config, status_box[0])),
         ("disk space", lambda: check_disk(config)),
@@ -326,6 +327,30 @@ def _key_file_fix(exc: ConfigError, path: str) -> str:
 
 
 # -- the socket directory ---------------------------------------------------------------------
+
+
+def check_private_state(config: Config) -> Check:
+    """Indexes and their WAL hold the text of every memory file: no other user may read them."""
+    from memd.fileio import not_private
+
+    name = "private state"
+    state = config.state_dir
+    if not state.exists():
+        return Check(name, "ok", f"{state} does not exist yet (memd creates it 0700)")
+    exposed = not_private(state)
+    if not exposed:
+        return Check(name, "ok", f"{state}: directories 0700, files 0600")
+    shown = ", ".join(
+        f"{p.relative_to(state) if p != state else '.'} {stat.S_IMODE(os.lstat(p).st_mode):04o}"
+        for p in exposed[:5]
+    )
+    more = f" and {len(exposed) - 5} more" if len(exposed) > 5 else ""
+    return Check(
+        name,
+        "fail",
+        f"{len(exposed)} item(s) in {state} are open to other users: {shown}{more}",
+        f"start memd (it tightens them), or: chmod -R go-rwx {state}",
+    )
 
 
 def check_socket_dir(socket: Path | None) -> Check:

@@ -197,6 +197,8 @@ def launchd_plist(
         "ThrottleInterval": 10,
         "ExitTimeOut": 30,
         "SoftResourceLimits": {"NumberOfFiles": 4096},
+        # 0077: what memd creates (indexes, WAL, the cache) is readable by its user only.
+        "Umask": 0o077,
         "StandardOutPath": str(log_path),
         "StandardErrorPath": str(log_path),
         "EnvironmentVariables": env,

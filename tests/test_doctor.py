@@ -47,6 +47,7 @@ def test_healthy_run_has_no_failure(monkeypatch: pytest.MonkeyPatch) -> None:
         "model",
         "api keys",
         "socket directory",
+        "private state",
         "daemon",
         "inotify",
         "disk space",
@@ -130,6 +131,20 @@ def test_model_that_crashes_is_probed_in_a_throwaway_worker(
     check = by_name(run_checks(Config.load()))["model"]
     assert check.status == "fail" and "crashed in every load mode" in check.detail
     assert check.fix is not None and "remote provider" in check.fix
+
+
+def test_state_open_to_other_users_fails(memd_home: Path) -> None:
+    config = Config.load()
+    index = config.index_dir / "ws.sqlite"
+    index.parent.mkdir(parents=True)
+    index.write_bytes(b"")
+    for path, mode in ((config.state_dir, 0o700), (config.index_dir, 0o700), (index, 0o600)):
+        os.chmod(path, mode)
+    assert by_name(run_checks(config, load_model=False))["private state"].status == "ok"
+    os.chmod(index, 0o644)
+    check = by_name(run_checks(config, load_model=False))["private state"]
+    assert check.status == "fail" and "indexes/ws.sqlite 0644" in check.detail
+    assert check.fix is not None and "chmod -R go-rwx" in check.fix
 
 
 def test_missing_model(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,7 +28,7 @@ def sock_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def start(sock: Path, *extra: str) -> subprocess.Popen[str]:
+def start(sock: Path, *extra: str, umask: int = -1) -> subprocess.Popen[str]:
     env = dict(os.environ, MEMD_EMBEDDING_PROVIDER="fake", MEMD_SOCKET=str(sock))
     return subprocess.Popen(
         [sys.executable, "-m", "memd", "--log-level", "info", "run", *extra],
@@ -35,7 +36,13 @@ def start(sock: Path, *extra: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        umask=umask,
     )
+
+
+def exited(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    """The exit code and stderr of a memd that should stop by itself."""
+    return stop(proc) if proc.wait(20) is None else (proc.returncode, proc.communicate()[1])
 
 
 def wait_ready(sock: Path, proc: subprocess.Popen[str], timeout: float = 20) -> None:
@@ -102,6 +109,69 @@ def test_stale_socket_from_a_killed_daemon_is_replaced(sock_dir: Path) -> None:
         wait_ready(sock, again)
     finally:
         assert stop(again)[0] == EXIT_OK
+
+
+def test_a_file_at_the_socket_path_is_never_removed(sock_dir: Path) -> None:
+    """MEMD_SOCKET=~/notes.md used to delete notes.md as a "stale socket"."""
+    notes = sock_dir / "notes.md"
+    notes.write_text("my notes\n")
+    code, err = exited(start(notes))
+    assert code == EXIT_STARTUP_FAILURE
+    assert "not a socket" in err and str(notes) in err
+    assert notes.read_text() == "my notes\n"
+    os.symlink(notes, sock_dir / "link.sock")
+    code, err = exited(start(sock_dir / "link.sock"))
+    assert code == EXIT_STARTUP_FAILURE and "is a symlink" in err
+    assert notes.read_text() == "my notes\n"
+
+
+def test_one_daemon_per_state_directory_whatever_the_socket(sock_dir: Path) -> None:
+    """Two daemons on one MEMD_HOME with different sockets would both write its indexes."""
+    first = start(sock_dir / "a.sock")
+    other_dir = short_socket_dir()
+    try:
+        wait_ready(sock_dir / "a.sock", first)
+        code, err = exited(start(other_dir / "b.sock"))
+        assert code == EXIT_ALREADY_RUNNING
+        assert "already running (state directory" in err
+    finally:
+        stop(first)
+        shutil.rmtree(other_dir, ignore_errors=True)
+
+
+def test_everything_memd_creates_is_private_whatever_the_umask(
+    sock_dir: Path, memd_home: Path, tmp_path: Path
+) -> None:
+    from memd.fileio import not_private
+
+    state = memd_home / "state"
+    (state / "indexes").mkdir(parents=True, mode=0o755)
+    os.chmod(state, 0o755)
+    os.chmod(state / "indexes", 0o755)
+    old = state / "indexes" / "left-by-an-old-install.sqlite"
+    old.write_bytes(b"")
+    os.chmod(old, 0o644)
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("The staging cluster is called Orion.\n")
+    sock = sock_dir / "memd.sock"
+    proc = start(sock, umask=0o022)
+    try:
+        wait_ready(sock, proc)
+        with memd_client.connect(sock) as c:
+            c.workspace_add(str(ws), name="ws")
+            c.reindex("ws")
+            assert c.search("ws", "staging cluster")["results"]
+            c.append("ws", "A note written by memd.")
+        wals = list((state / "indexes").glob("*-wal"))
+        assert wals, "the index is in WAL mode while memd runs"
+        assert not_private(state) == []
+        assert oct((ws / "memory").stat().st_mode & 0o777) == "0o755", "user dirs untouched"
+    finally:
+        code, err = stop(proc)
+    assert code == EXIT_OK
+    tightened = re.search(r"made (\d+) file\(s\) in \S+ private", err)
+    assert tightened and int(tightened[1]) >= 3, err  # state/, indexes/, the old index
 
 
 def test_socket_directory_must_be_private(sock_dir: Path) -> None:

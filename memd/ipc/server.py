@@ -103,6 +103,7 @@ class Server:
         self._stopping = threading.Event()
         self.refused_peers = 0
         self.closed_bad = 0
+        self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -110,6 +111,14 @@ class Server:
         """Bind the socket (0600 in a 0700 directory), removing a stale one left by a crash."""
         prepare_directory(self.path.parent)
         if os.path.lexists(self.path):
+            st = os.lstat(self.path)
+            if not stat.S_ISSOCK(st.st_mode):
+                # Only ever a socket is removed: MEMD_SOCKET=~/notes.md must not cost the notes.
+                kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a socket"
+                raise StartupError(
+                    f"{self.path} exists and is {kind}; memd will not replace it "
+                    "(choose another MEMD_SOCKET or move the file)"
+                )
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 probe.settimeout(1.0)
@@ -132,6 +141,8 @@ class Server:
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
+        st = os.lstat(self.path)
+        self._bound = (st.st_dev, st.st_ino)
         sock.listen(128)
         sock.settimeout(0.25)
         self._sock = sock
@@ -142,6 +153,17 @@ class Server:
         )
         self._accept_thread.start()
 
+    def _unlink_own_socket(self) -> None:
+        """Remove the socket this server bound, and nothing else (not a file put there since,
+        nor whatever was at the path when binding was refused)."""
+        if self._bound is None:
+            return
+        with contextlib.suppress(OSError):
+            st = os.lstat(self.path)
+            if stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self._bound:
+                self.path.unlink()
+        self._bound = None
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stop accepting, close every client, unlink the socket and join the threads."""
         self._stopping.set()
@@ -150,8 +172,7 @@ class Server:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+        self._unlink_own_socket()
         with self._lock:
             clients = list(self._clients.values())
         for conn, _ in clients:
