@@ -38,6 +38,15 @@ __all__ = ["AlreadyRunning", "Server", "StartupError", "peer_uid"]
 
 logger = logging.getLogger(__name__)
 
+# A client over the connection limit gets BUSY in reply to its first request, read for at most
+# this long, by at most this many threads at once.
+BUSY_READ_SECONDS = 2.0
+BUSY_THREADS = 16
+# With this share of the limit in use, connections idle for CROWDED_IDLE_SECONDS are closed
+# (otherwise after idle_timeout), so forgotten clients do not hold the slots new ones need.
+CROWDED_SHARE = 0.75
+CROWDED_IDLE_SECONDS = 30.0
+
 
 class StartupError(Exception):
     """The socket cannot be set up (directory not private, path in use by something else)."""
@@ -104,6 +113,7 @@ class Server:
         self.refused_peers = 0
         self.closed_bad = 0
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
+        self._busy_slots = threading.BoundedSemaphore(BUSY_THREADS)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -214,9 +224,7 @@ class Server:
             with self._lock:
                 full = len(self._clients) >= self.max_connections
             if full:
-                with contextlib.suppress(OSError):
-                    conn.sendall(pack([RESPONSE, 0, to_wire(Busy("too many connections")), None]))
-                conn.close()
+                self._turn_away(conn)
                 continue
             thread = threading.Thread(
                 target=self._serve, args=(conn,), name="memd-conn", daemon=True
@@ -227,6 +235,46 @@ class Server:
             if self.on_count:
                 self.on_count(count)
             thread.start()
+
+    def _turn_away(self, conn: socket.socket) -> None:
+        """Answer a client over the connection limit with BUSY, as the reply to its own first
+        request (a reply with a msgid it never sent reads as a broken connection), then close.
+        A few threads do this at most; past them the connection is closed unanswered."""
+        if not self._busy_slots.acquire(blocking=False):
+            conn.close()
+            return
+
+        def answer() -> None:
+            try:
+                conn.settimeout(BUSY_READ_SECONDS)
+                unpacker = make_unpacker(MAX_REQUEST_BYTES)
+                deadline = time.monotonic() + BUSY_READ_SECONDS
+                while time.monotonic() < deadline:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    unpacker.feed(data)
+                    for obj in unpacker:
+                        message = parse(obj)
+                        if isinstance(message, Request):
+                            busy = Busy(
+                                f"too many connections ({self.max_connections}); retry shortly"
+                            )
+                            conn.sendall(pack([RESPONSE, message.msgid, to_wire(busy), None]))
+                            return
+            except (OSError, ValueError, ProtocolError, msgpack.UnpackException):
+                return
+            finally:
+                conn.close()
+                self._busy_slots.release()
+
+        threading.Thread(target=answer, name="memd-busy", daemon=True).start()
+
+    def _idle_limit(self) -> float:
+        """Idle connections are reaped sooner once the limit is near."""
+        with self._lock:
+            crowded = len(self._clients) >= CROWDED_SHARE * self.max_connections
+        return min(self.idle_timeout, CROWDED_IDLE_SECONDS) if crowded else self.idle_timeout
 
     # -- one client -----------------------------------------------------------------------------
 
@@ -261,7 +309,7 @@ class Server:
             except TimeoutError:
                 if partial_since is not None and now - partial_since > self.frame_timeout:
                     return self._bad("a message did not arrive within the frame deadline")
-                if now - last_activity > self.idle_timeout:
+                if now - last_activity > self._idle_limit():
                     return None
                 continue
             if not data:
