@@ -7,6 +7,7 @@ named in the error, so a typo never silently falls back to a default.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -60,13 +61,15 @@ class IndexConfig:
     sqlite_vec: bool = True
 
     def validate(self) -> None:
-        _check(self.chunk_tokens >= 1, "index.chunk_tokens", "must be at least 1")
+        _check(1 <= self.chunk_tokens <= 8192, "index.chunk_tokens", "must be from 1 to 8192")
         _check(
             0 <= self.chunk_overlap < self.chunk_tokens,
             "index.chunk_overlap",
             "must be at least 0 and below index.chunk_tokens",
         )
-        _check(self.max_file_bytes >= 1, "index.max_file_bytes", "must be at least 1")
+        _check(
+            1 <= self.max_file_bytes <= 1 << 30, "index.max_file_bytes", "must be from 1 to 1 GiB"
+        )
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,15 @@ class SearchConfig:
     def validate(self) -> None:
         _check(1 <= self.max_results <= 100, "search.max_results", "must be from 1 to 100")
         _check(0.0 <= self.min_score <= 1.0, "search.min_score", "must be from 0 to 1")
-        _check(self.vector_weight >= 0, "search.vector_weight", "must not be negative")
-        _check(self.text_weight >= 0, "search.text_weight", "must not be negative")
+        _check(0 <= self.vector_weight <= 1000, "search.vector_weight", "must be from 0 to 1000")
+        _check(0 <= self.text_weight <= 1000, "search.text_weight", "must be from 0 to 1000")
         _check(
             1 <= self.candidate_multiplier <= 20, "search.candidate_multiplier", "must be 1 to 20"
         )
-        _check(self.snippet_chars >= 16, "search.snippet_chars", "must be at least 16")
-        _check(self.half_life_days >= 1, "search.half_life_days", "must be at least 1")
+        _check(16 <= self.snippet_chars <= 100_000, "search.snippet_chars", "must be 16 to 100000")
+        _check(
+            1 <= self.half_life_days <= 36_500, "search.half_life_days", "must be from 1 to 36500"
+        )
         _check(0.0 <= self.mmr_lambda <= 1.0, "search.mmr_lambda", "must be from 0 to 1")
 
 
@@ -126,11 +131,17 @@ class EmbeddingConfig:
     max_retries: int = 3
 
     def validate(self) -> None:
-        _check(self.threads >= 0, "embedding.threads", "must not be negative (0 = automatic)")
+        _check(0 <= self.threads <= 256, "embedding.threads", "must be from 0 (automatic) to 256")
         _check(1 <= self.batch_size <= 4096, "embedding.batch_size", "must be from 1 to 4096")
-        _check(self.cache_max_entries >= 0, "embedding.cache_max_entries", "must not be negative")
-        _check(self.dimensions >= 0, "embedding.dimensions", "must not be negative")
-        _check(self.timeout_seconds > 0, "embedding.timeout_seconds", "must be positive")
+        _check(
+            0 <= self.cache_max_entries <= 10**9,
+            "embedding.cache_max_entries",
+            "must be from 0 to 1000000000",
+        )
+        _check(0 <= self.dimensions <= 65_536, "embedding.dimensions", "must be from 0 to 65536")
+        _check(
+            0 < self.timeout_seconds <= 3600, "embedding.timeout_seconds", "must be over 0, to 3600"
+        )
         _check(0 <= self.max_retries <= 10, "embedding.max_retries", "must be from 0 to 10")
 
 
@@ -142,8 +153,12 @@ class WatchConfig:
     reconcile_seconds: int = 300
 
     def validate(self) -> None:
-        _check(self.debounce_ms >= 0, "watch.debounce_ms", "must not be negative")
-        _check(self.reconcile_seconds >= 1, "watch.reconcile_seconds", "must be at least 1")
+        _check(0 <= self.debounce_ms <= 600_000, "watch.debounce_ms", "must be from 0 to 600000")
+        _check(
+            1 <= self.reconcile_seconds <= 7 * 86_400,
+            "watch.reconcile_seconds",
+            "must be from 1 to 604800 (a week)",
+        )
 
 
 @dataclass(frozen=True)
@@ -154,8 +169,8 @@ class GetConfig:
     max_chars: int = 12_000
 
     def validate(self) -> None:
-        _check(self.default_lines >= 1, "get.default_lines", "must be at least 1")
-        _check(self.max_chars >= 100, "get.max_chars", "must be at least 100")
+        _check(1 <= self.default_lines <= 10_000, "get.default_lines", "must be from 1 to 10000")
+        _check(100 <= self.max_chars <= 10_000_000, "get.max_chars", "must be from 100 to 10000000")
 
 
 @dataclass(frozen=True)
@@ -176,7 +191,11 @@ class DreamingConfig:
         _check(
             croniter.is_valid(self.schedule), "dreaming.schedule", "is not a valid cron expression"
         )
-        _check(self.memory_max_chars >= 0, "dreaming.memory_max_chars", "must not be negative")
+        _check(
+            0 <= self.memory_max_chars <= 100_000_000,
+            "dreaming.memory_max_chars",
+            "must be from 0 to 100000000",
+        )
 
 
 @dataclass(frozen=True)
@@ -202,8 +221,14 @@ class SessionsConfig:
     check_seconds: float = 5.0
 
     def validate(self) -> None:
-        _check(self.idle_seconds >= 1, "sessions.idle_seconds", "must be at least 1")
-        _check(self.check_seconds > 0, "sessions.check_seconds", "must be positive")
+        _check(
+            1 <= self.idle_seconds <= 30 * 86_400, "sessions.idle_seconds", "must be 1 to 2592000"
+        )
+        _check(0 < self.check_seconds <= 3600, "sessions.check_seconds", "must be over 0, to 3600")
+        _check(1 <= self.delta_bytes <= 1 << 40, "sessions.delta_bytes", "must be from 1 to 1 TiB")
+        _check(
+            1 <= self.delta_messages <= 10**9, "sessions.delta_messages", "must be 1 to 1000000000"
+        )
 
 
 @dataclass(frozen=True)
@@ -272,9 +297,14 @@ class Config:
         data: dict[str, Any] = {}
         source = "defaults"
         if file.exists():
+            if not file.is_file():  # /dev/zero would never end, a FIFO would block start-up
+                raise ConfigError(f"config file {file} is not a regular file")
             try:
                 with file.open("rb") as f:
-                    data = tomllib.load(f)
+                    text = f.read(MAX_CONFIG_BYTES + 1)
+                if len(text) > MAX_CONFIG_BYTES:
+                    raise ConfigError(f"{file} is larger than {MAX_CONFIG_BYTES} bytes")
+                data = tomllib.loads(text.decode("utf-8"))
             except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"{file}: {exc}") from None
             source = str(file)
@@ -404,6 +434,9 @@ def _apply_env(values: dict[str, Any], env: Mapping[str, str]) -> None:
             values[name] = _coerce(var, _TOP_LEVEL[name], raw, from_env=True)
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""A configuration file larger than this is refused (it is a few hundred bytes)."""
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -434,11 +467,17 @@ def _coerce(key: str, hint: Any, value: Any, *, from_env: bool) -> Any:
     if hint is float:
         if from_env and isinstance(value, str):
             try:
-                return float(value.strip())
+                number = float(value.strip())
             except ValueError:
                 pass
+            else:
+                if math.isfinite(number):
+                    return number
+                raise ConfigError(f"{key} must be a finite number, not {value!r}")
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            if math.isfinite(value):
+                return float(value)
+            raise ConfigError(f"{key} must be a finite number, not {value!r}")
         raise ConfigError(f"{key} must be a number, not {value!r}")
     if hint is str:
         if isinstance(value, str):

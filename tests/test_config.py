@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,43 @@ def test_config_is_frozen() -> None:
     c = Config.load()
     with pytest.raises(AttributeError):
         c.search.max_results = 3  # type: ignore[misc]
+
+
+HOSTILE = Path(__file__).with_name("hostile") / "config.toml.txt"
+
+
+def hostile_snippets() -> list[str]:
+    lines = HOSTILE.read_text(encoding="utf-8").splitlines()
+    return [line.replace("\\n", "\n") for line in lines if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("snippet", hostile_snippets())
+def test_out_of_range_values_are_refused_naming_the_key(tmp_path: Path, snippet: str) -> None:
+    file = tmp_path / "config.toml"
+    file.write_text(snippet + "\n")
+    section = snippet.split("]")[0].strip("[")
+    key = snippet.split("\n")[1].split("=")[0].strip()
+    with pytest.raises(ConfigError, match=rf"{section}\.{key}"):
+        Config.load(file)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e999"])
+def test_non_finite_numbers_from_the_environment(value: str) -> None:
+    with pytest.raises(ConfigError, match="MEMD_SEARCH_VECTOR_WEIGHT|search.vector_weight"):
+        Config.load(env={"MEMD_SEARCH_VECTOR_WEIGHT": value})
+
+
+def test_config_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    """MEMD_CONFIG=/dev/zero used to hang start-up reading forever."""
+    with pytest.raises(ConfigError, match="not a regular file"):
+        Config.load(env={"MEMD_CONFIG": "/dev/zero"})
+    with pytest.raises(ConfigError, match="not a regular file"):
+        Config.load(tmp_path)  # a directory
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        Config.load(fifo)
+    big = tmp_path / "big.toml"
+    big.write_text("# padding\n" * 200_000)
+    with pytest.raises(ConfigError, match="larger than"):
+        Config.load(big)
