@@ -129,6 +129,7 @@ class Indexer:
         # waits after a failure tries again now.
         ws.syncer.reset_backoff()
         if not force:
+            ws.syncer.look_next = True  # every file's content is compared, not its size and mtime
             return self.request_sync(ws, priority=URGENT)
         future: Future[SyncReport] = Future()
         self._start_rebuild(ws, future)

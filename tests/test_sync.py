@@ -72,6 +72,37 @@ def test_touched_but_identical_file_is_not_reindexed(
     assert _generation(index) == generation
 
 
+def texts(index: Index) -> str:
+    with index.reader() as store:
+        return "".join(str(r[0]) for r in store.conn.execute("SELECT text FROM chunks"))
+
+
+def test_same_size_and_mtime_rewrite_is_found_when_named_or_on_reindex(
+    syncer: Syncer, write: WriteFile, index: Index, workspace: Path
+) -> None:
+    """`cp -p` and `touch -r` rewrite a file keeping its size and mtime: the periodic
+    reconcile may trust them, but a file event or an explicit reindex compares content."""
+    path = write("memory/2026-01-02.md", "The release train leaves on Monday.\n")
+    old = time.time_ns() - 10_000_000_000
+    os.utime(path, ns=(old, old))
+    syncer.sync()
+
+    def rewrite(text: str) -> None:
+        path.write_text(text)
+        os.utime(path, ns=(old, old))
+
+    rewrite("The release train leaves on Friday.\n")  # same size, same mtime
+    assert syncer.sync().indexed == 0, "the cheap periodic check trusts size and mtime"
+    report = syncer.sync(paths={"memory/2026-01-02.md"})  # what a file event asks for
+    assert report.indexed == 1
+    assert "Friday" in texts(index)
+    rewrite("The release train leaves on Sunday.\n")
+    syncer.look_next = True  # what `memctl reindex` (without --force) asks for
+    assert syncer.sync().indexed == 1
+    assert "Sunday" in texts(index)
+    assert not syncer.look_next
+
+
 def test_edit_replaces_only_that_file(syncer: Syncer, write: WriteFile, index: Index) -> None:
     write("MEMORY.md", NOTE)
     write("memory/topic.md", "Rust notes\n")

@@ -75,6 +75,11 @@ class Syncer(TranscriptSync):
         # After an embedding failure, pending files wait (30 s doubling to 1 h) before the next
         # attempt, so a provider outage does not stall every sync on retries.
         self.embed_failures = 0
+        # Set by an explicit reindex: the next full reconcile compares every file's content.
+        self.look_next = False
+        # Files the last full reconcile found and could not index (too large), with why:
+        # every reply's freshness counts them, so nothing unsearchable is reported fresh.
+        self.skipped: list[tuple[str, str]] = []
         self.retry_at = 0.0  # time.monotonic() of the next allowed attempt
         # Held by every write to the live index; a rebuild holds it only to publish.
         self.lock = threading.RLock()
@@ -242,10 +247,17 @@ class Syncer(TranscriptSync):
     # -- the two phases -------------------------------------------------------------------------
 
     def _reconcile(
-        self, store: Store, report: SyncReport, progress: Progress | None, *, fresh: bool
+        self,
+        store: Store,
+        report: SyncReport,
+        progress: Progress | None,
+        *,
+        fresh: bool,
+        look: bool = False,
     ) -> None:
         found = discover(self.root, self.extra_paths, self.config.max_file_bytes)
         report.skipped = list(found.skipped)
+        self.skipped = list(found.skipped)
         stored = {} if fresh else store.files()
         report.scanned = len(found.files)
         now_ns = time.time_ns()
@@ -255,7 +267,9 @@ class Syncer(TranscriptSync):
         for n, f in enumerate(found.files, 1):
             if progress:
                 progress("scan", n, len(found.files))
-            self._sync_one(store, f, stored.get(f.rel), report, model, same_vectors, now_ns)
+            self._sync_one(
+                store, f, stored.get(f.rel), report, model, same_vectors, now_ns, look=look
+            )
         if self.sessions_dir is not None:
             self._reconcile_sessions(
                 store, report, stored, fresh=fresh, model=model, same_vectors=same_vectors
@@ -276,10 +290,17 @@ class Syncer(TranscriptSync):
         model: str,
         same_vectors: bool,
         now_ns: int,
+        *,
+        look: bool = False,
     ) -> None:
-        """Index ``f`` unless its size, mtime (or, when racy, content hash) match ``row``."""
+        """Index ``f`` unless its size, mtime (or, when racy, content hash) match ``row``.
+
+        ``look``: a file event or an explicit reindex named it, so its content hash decides
+        (``cp -p`` and ``touch -r`` rewrite a file and keep its size and mtime).
+        """
         racy = now_ns - f.mtime_ns < RACY_NS
-        if row and row.size == f.size and row.mtime_ns == f.mtime_ns and not racy:
+        same_stat = row and row.size == f.size and row.mtime_ns == f.mtime_ns
+        if same_stat and not racy and not look:
             report.unchanged += 1
             return
         try:
@@ -329,7 +350,7 @@ class Syncer(TranscriptSync):
                     report.removed += 1
                 continue
             report.scanned += 1
-            self._sync_one(store, f, row, report, model, same_vectors, now_ns)
+            self._sync_one(store, f, row, report, model, same_vectors, now_ns, look=True)
         return True
 
     def _index_file(
@@ -411,7 +432,8 @@ class Syncer(TranscriptSync):
             and self._reconcile_paths(store, report, paths)
         ):
             return
-        self._reconcile(store, report, progress, fresh=False)
+        look, self.look_next = self.look_next, False
+        self._reconcile(store, report, progress, fresh=False, look=look)
 
     @staticmethod
     def _model(store: Store) -> str:
