@@ -119,6 +119,13 @@ def _workspace_lines(ws: Mapping[str, Any], now: float, style: Style) -> Iterato
         f" · {ws.get('chunks', '?')} chunks · {ws.get('files_pending', '?')} pending"
     )
     yield "  Dirty: " + (style("yes", "yellow") if ws.get("dirty") else "no")
+    for problem in (ws.get("freshness") or {}).get("problems") or []:
+        yield "  " + style(f"Problem: {problem}", "yellow")
+    skipped = ws.get("files_skipped") or []
+    for item in skipped[:10]:
+        yield f"  Skipped: {item.get('path')} ({item.get('reason')})"
+    if len(skipped) > 10:
+        yield f"  Skipped: … and {len(skipped) - 10} more (memctl status --json lists them)"
     yield from _provider_lines(ws.get("provider") or {})
     yield _vector_line(ws.get("vector_store") or {})
     identity = ws.get("identity") or {}
@@ -144,6 +151,8 @@ def status_lines(status: Mapping[str, Any], now: float, style: Style = _plain) -
         yield _daemon_line(daemon)
         if daemon.get("socket"):
             yield f"Socket: {daemon['socket']}"
+        for path in daemon.get("missing_workspaces") or []:
+            yield style(f"Missing: {path}", "yellow") + " (kept; opened when it appears)"
     workspaces = status.get("workspaces") or []
     if not workspaces:
         yield "No workspaces registered; add one with `memctl workspace add PATH`."
@@ -223,3 +232,13 @@ def promote_lines(result: dict[str, Any]) -> list[str]:
     for key, reason in result.get("skipped") or []:
         lines.append(f"skipped {key}: {reason}")
     return lines
+
+
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if c not in (9, 10)}
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with control characters (ESC, CSI, OSC, bell, CR ...) shown as ``\\xNN``, so
+    a memory file cannot move the cursor, retitle the window or hide lines on a terminal.
+    Tab and newline stay."""
+    return text.translate(_CONTROLS)

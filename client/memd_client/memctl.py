@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
@@ -32,6 +33,23 @@ from memd_client.memctl_common import (
 )
 
 __all__ = ["EXIT_NOT_RUNNING", "cli", "main"]
+
+
+T = TypeVar("T")
+
+
+def _shown(value: T) -> T:
+    """What memory files say, with control characters escaped when stdout is a terminal
+    (memctl's own colours are added after this, so they survive)."""
+    if not sys.stdout.isatty():
+        return value
+    if isinstance(value, str):
+        return display.terminal_safe(value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}  # type: ignore[return-value]
+    if isinstance(value, list):
+        return [_shown(v) for v in value]  # type: ignore[return-value]
+    return value
 
 
 @click.group()
@@ -93,7 +111,7 @@ def status_cmd(ctx: click.Context, workspace: str | None, as_json: bool) -> None
     if as_json:
         _print_json(result)
         return
-    for line in display.status_lines(result, time.time(), _style):
+    for line in display.status_lines(_shown(result), time.time(), _style):
         click.echo(line)
 
 
@@ -239,6 +257,7 @@ def search_cmd(
         keys = ("results", "freshness", "provider", "model", "mode", "note")
         _print_json({k: result.get(k) for k in keys})
         return
+    result = _shown(result)
     for line in display.search_notes(result):
         click.echo(line, err=True)
     for line in display.search_lines(result, _style):
@@ -272,7 +291,7 @@ def get_cmd(
         return
     if result.get("missing"):
         raise click.ClickException(f"{path} does not exist in the workspace")
-    text = result.get("text") or ""
+    text = _shown(str(result.get("text") or ""))
     click.echo(text, nl=bool(text) and not text.endswith("\n"))
     if result.get("truncated") and result.get("next_from"):
         click.echo(f"(more: memctl get {path} --from {result['next_from']})", err=True)
