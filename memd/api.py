@@ -100,15 +100,19 @@ class Api:
         last_event = watcher.get("last_event_at")
         if "*" in watched and not (last_event and self.indexer.synced_since(ws, last_event)):
             pending += 1
+        problems = workspace_problems(ws, watcher.get("state"))
+        skipped = len(ws.syncer.skipped)
         return {
             "generation": generation,
             "pending_files": pending,
             "unembedded_files": unembedded,
+            "skipped_files": skipped,
             "rebuilding": ws.syncer.rebuilding,
             "watcher": watcher.get("state"),
             "last_sync": ws.syncer.last_sync,
             "waited_ms": waited_ms,
-            "fresh": pending == 0,
+            "problems": problems,
+            "fresh": pending == 0 and skipped == 0 and not problems,
         }
 
     def _wait_fresh(self, ws: Workspace, wait_ms: int) -> int:
@@ -150,6 +154,7 @@ class Api:
                 "threads": self._process.num_threads(),
                 "connections": self.connections,
                 "socket": self.socket_path,
+                "missing_workspaces": sorted(self.service.missing),
             }
         workspaces = []
         for ws in targets:
@@ -303,16 +308,34 @@ class Api:
         ws = self._ws(params)
         text = str_param(params, "text")
         assert text is not None
+        bad = next((c for c in text.replace("\r\n", "\n") if _is_control(c)), None)
+        if bad is not None:
+            raise BadRequest(
+                f"text holds the control character U+{ord(bad):04X}; only tab and newline are "
+                "allowed (escape sequences in memory would reach every terminal that shows it)"
+            )
         try:
             appended = self.indexer.append(ws, text).result(timeout=60)
         except FutureTimeout:
             raise Timeout(
                 "append: the index did not catch up within 60 s; the text is on disk"
             ) from None
+        limit = self.service.config.index.max_file_bytes
+        try:
+            size = (ws.root / appended.path).stat().st_size
+        except OSError:
+            size = 0
+        note = None
+        if size > limit:
+            note = (
+                f"{appended.path} is {size} bytes, over index.max_file_bytes ({limit}): the text "
+                "is on disk but will not be searchable until the file is split or the limit raised"
+            )
         return {
             "path": appended.path,
             "start_line": appended.start_line,
             "end_line": appended.end_line,
+            "note": note,
             "freshness": self.freshness(ws),
         }
 
@@ -438,6 +461,10 @@ class Api:
 
     def workspace_remove(self, params: Mapping[str, Any]) -> dict[str, Any]:
         only(params, "workspace")
+        ref = str_param(params, "workspace")
+        if ref is not None and self.service.forget_missing(ref):
+            self._save_registry()
+            return {"removed": True}
         ws = self._ws(params)
         if self.on_workspace_removed:
             self.on_workspace_removed(ws)
@@ -447,12 +474,16 @@ class Api:
 
     def workspace_list(self, params: Mapping[str, Any]) -> dict[str, Any]:
         only(params)
-        return {"workspaces": [_ws_entry(ws) for ws in self.service.workspaces()]}
+        return {
+            "workspaces": [_ws_entry(ws) for ws in self.service.workspaces()],
+            "missing": list(self.service.missing.values()),
+        }
 
     # -- registry -------------------------------------------------------------------------------
 
     def _save_registry(self) -> None:
         entries = [_ws_entry(ws) for ws in self.service.workspaces()]
+        entries += list(self.service.missing.values())  # kept until they come back or go
         with self._registry_lock:
             save_registry(self.registry, entries)
 
@@ -477,6 +508,21 @@ def _workspace_write(what: str) -> Iterator[None]:
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
         raise PathRefused(f"cannot {what}: {exc.strerror or exc}{where}") from None
+
+
+def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
+    """Why a workspace's index cannot be trusted to follow its files, if it cannot."""
+    problems = []
+    if not ws.root.is_dir():
+        problems.append(f"the workspace directory {ws.root} is gone (deleted, moved or unmounted)")
+    elif watcher_state == "failed":
+        problems.append("the file watcher failed: edits are found only by the periodic reconcile")
+    return problems
+
+
+def _is_control(ch: str) -> bool:
+    code = ord(ch)
+    return (code < 0x20 and ch not in "\t\n") or 0x7F <= code <= 0x9F
 
 
 def _indexed_as_on_disk(store: Any, root: Path, rel: str) -> bool:

@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
@@ -38,6 +39,11 @@ def _service(ctx: click.Context) -> Iterator[MemoryService]:
         raise click.ClickException(str(exc)) from None
     finally:
         service.close()
+
+
+def _open(service: MemoryService, workspace: str) -> str:
+    """The one-shot commands work on the directory they are given, registered or not."""
+    return service.add_workspace(Path(workspace).resolve()).name
 
 
 def _progress(phase: str, done: int, total: int) -> None:
@@ -107,7 +113,7 @@ def run_cmd(ctx: click.Context, socket_path: str | None) -> None:
 def index_cmd(ctx: click.Context, workspace: str, force: bool, as_json: bool) -> None:
     """Index WORKSPACE (only what changed, unless --force)."""
     with _service(ctx) as service:
-        report = service.sync(workspace, force=force, progress=_progress)
+        report = service.sync(_open(service, workspace), force=force, progress=_progress)
         if as_json:
             click.echo(json.dumps(report.__dict__, default=str, indent=2))
         else:
@@ -145,7 +151,11 @@ def search_cmd(
     """Search WORKSPACE for QUERY."""
     with _service(ctx) as service:
         outcome = service.search(
-            workspace, query, max_results=max_results, min_score=min_score, mode=mode
+            _open(service, workspace),
+            query,
+            max_results=max_results,
+            min_score=min_score,
+            mode=mode,
         )
         if as_json:
             payload: dict[str, Any] = {
@@ -177,7 +187,7 @@ def get_cmd(
 ) -> None:
     """Print lines of a memory file of WORKSPACE."""
     with _service(ctx) as service:
-        result = service.get(workspace, path, from_line, lines)
+        result = service.get(_open(service, workspace), path, from_line, lines)
         if as_json:
             click.echo(json.dumps(result.__dict__, ensure_ascii=False, indent=2))
         else:
@@ -193,7 +203,7 @@ def get_cmd(
 def status_cmd(ctx: click.Context, workspace: str, as_json: bool) -> None:
     """Show how complete and fresh the index of WORKSPACE is."""
     with _service(ctx) as service:
-        st = service.status(workspace)
+        st = service.status(_open(service, workspace))
         if as_json:
             click.echo(json.dumps(st, indent=2, default=str))
             return
@@ -233,7 +243,7 @@ def status_cmd(ctx: click.Context, workspace: str, as_json: bool) -> None:
 def dump_cmd(ctx: click.Context, workspace: str) -> None:
     """Print the logical content of the index (one JSON row per chunk), for comparisons."""
     with _service(ctx) as service:
-        for row in service.dump(workspace):
+        for row in service.dump(_open(service, workspace)):
             click.echo(json.dumps(row))
 
 

@@ -109,6 +109,7 @@ class Daemon:
         self.watchers: dict[Path, WorkspaceWatcher] = {}
         self._watch_lock = threading.Lock()
         self._lock_fds: list[int] = []
+        self._umask: int | None = None
         self.clock = clock
         self.recorder: RecallRecorder | None = None
         self.schedule: Schedule | None = None
@@ -136,7 +137,7 @@ class Daemon:
         # Indexes and their WAL hold the text of every memory file: whatever the shell's umask,
         # what memd creates is its user's alone (0700 directories, 0600 files), and what an
         # earlier install left readable to others is tightened before anything is opened.
-        os.umask(0o077)
+        self._umask = os.umask(0o077)
         self._take_lock()
         tightened = make_private(self.config.state_dir)
         if tightened:
@@ -148,16 +149,7 @@ class Daemon:
         service = MemoryService(self.config, choice=self.choice)
         self.service = service
         for entry in load_registry(self.registry_path):
-            try:
-                service.add_workspace(
-                    entry["path"],
-                    name=entry.get("name", ""),
-                    extra_paths=tuple(entry.get("extra_paths", ())),
-                    sessions_dir=entry.get("sessions_dir", ""),
-                    agent_id=entry.get("agent_id", ""),
-                )
-            except MemdError as exc:
-                logger.warning("registered workspace %s skipped: %s", entry.get("path"), exc)
+            service.open_registered(entry)
         self.indexer = Indexer(service)
         self.indexer.start()
         self.recorder = RecallRecorder(timezone=self.config.timezone, clock=self.clock)
@@ -225,6 +217,7 @@ class Daemon:
             if now >= next_health:
                 next_health = now + HEALTH_EVERY_S
                 self._check_watchers()
+                self._open_missing()
             if now >= next_reconcile and self.indexer and self.service:
                 next_reconcile = now + self.config.watch.reconcile_seconds
                 for ws in self.service.workspaces():
@@ -260,6 +253,9 @@ class Daemon:
             self.service = None
         while self._lock_fds:  # the lock files stay; unlinking them would reopen the race
             os.close(self._lock_fds.pop())
+        if self._umask is not None:  # a daemon run inside another program (tests) gives it back
+            os.umask(self._umask)
+            self._umask = None
 
     def request_stop(self) -> None:
         self.should_exit.set()
@@ -403,6 +399,15 @@ class Daemon:
             watcher = self.watchers.pop(ws.root, None)
         if watcher is not None:
             watcher.stop()
+
+    def _open_missing(self) -> None:
+        """A registered workspace whose directory appeared (a drive mounted) is picked up."""
+        if self.service is None or self.indexer is None or not self.service.missing:
+            return
+        for ws in self.service.open_missing():
+            logger.info("workspace %s appeared at %s", ws.name, ws.root)
+            self._watch(ws)
+            self.indexer.request_sync(ws)
 
     def _check_watchers(self) -> None:
         with self._watch_lock:

@@ -49,6 +49,22 @@ class Workspace:
     agent_id: str = ""
 
 
+MAX_NAME_CHARS = 64
+
+
+def check_name(name: str) -> str:
+    """A workspace name as memctl and status can show and address it, or BadRequest."""
+    if not isinstance(name, str) or not name.strip():
+        raise BadRequest("a workspace name must not be empty")
+    if name != name.strip() or len(name) > MAX_NAME_CHARS:
+        raise BadRequest(
+            f"workspace name {name!r}: at most {MAX_NAME_CHARS} characters, no outer spaces"
+        )
+    if name in (".", "..") or "/" in name or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise BadRequest(f"workspace name {name!r} may not be '.', '..' or hold '/' or controls")
+    return name
+
+
 def _slug(root: Path) -> str:
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name).strip("-.") or "workspace"
@@ -85,14 +101,19 @@ class MemoryService:
         )
         self._workspaces: dict[Path, Workspace] = {}
         self._names: dict[str, Path] = {}
+        # Registered workspaces whose directory is not there (an unmounted drive): kept, shown
+        # in status, and opened when the directory appears.
+        self.missing: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         for ws in config.workspaces:
-            self.add_workspace(
-                ws.path,
-                name=ws.name,
-                extra_paths=ws.extra_paths,
-                sessions_dir=ws.sessions_dir,
-                agent_id=ws.agent_id,
+            self.open_registered(
+                {
+                    "path": ws.path,
+                    "name": ws.name,
+                    "extra_paths": list(ws.extra_paths),
+                    "sessions_dir": ws.sessions_dir,
+                    "agent_id": ws.agent_id,
+                }
             )
 
     @property
@@ -133,10 +154,12 @@ class MemoryService:
         if "\x00" in str(root) or not root.is_dir():
             raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory")
         root = root.resolve()
+        if root == Path(root.anchor):
+            raise BadRequest(f"{root} cannot be a workspace: choose the agent's own directory")
+        name = check_name(name or root.name)
         with self._lock:
             if root in self._workspaces:
                 return self._workspaces[root]
-            name = name or root.name
             if name in self._names and self._names[name] != root:
                 raise BadRequest(f"workspace name {name!r} is already used by {self._names[name]}")
             index = Index(
@@ -169,6 +192,50 @@ class MemoryService:
             logger.info("workspace %s at %s (index %s)", name, root, index.path)
             return ws
 
+    def open_registered(self, entry: dict[str, Any]) -> Workspace | None:
+        """Open a workspace from the registry or the config file; one whose directory is
+        missing is remembered in ``missing`` (with a warning) instead of failing the start."""
+        path = str(entry.get("path", ""))
+        try:
+            ws = self.add_workspace(
+                path,
+                name=entry.get("name") or "",
+                extra_paths=tuple(entry.get("extra_paths") or ()),
+                sessions_dir=entry.get("sessions_dir") or "",
+                agent_id=entry.get("agent_id") or "",
+            )
+        except UnknownWorkspace:
+            if path not in self.missing:
+                logger.warning("workspace %s is not there (yet); kept, and opened when it is", path)
+            self.missing[path] = dict(entry)
+            return None
+        except BadRequest as exc:
+            if not entry.get("name"):
+                logger.warning("registered workspace %s skipped: %s", path, exc)
+                return None
+            logger.warning("registered workspace %s: %s; using its directory's name", path, exc)
+            return self.open_registered({**entry, "name": ""})
+        self.missing.pop(path, None)
+        return ws
+
+    def open_missing(self) -> list[Workspace]:
+        """Open the missing workspaces whose directories have appeared; return them."""
+        opened = []
+        for entry in list(self.missing.values()):
+            if Path(str(entry["path"])).expanduser().is_dir():
+                ws = self.open_registered(entry)
+                if ws is not None:
+                    opened.append(ws)
+        return opened
+
+    def forget_missing(self, ref: str) -> bool:
+        """Drop a missing workspace from the registry by its name or path."""
+        for path, entry in list(self.missing.items()):
+            if ref in (path, entry.get("name")):
+                del self.missing[path]
+                return True
+        return False
+
     def remove_workspace(self, ref: str) -> bool:
         """Forget a workspace and delete its index (the Markdown is untouched)."""
         ws = self.workspace(ref)
@@ -183,7 +250,8 @@ class MemoryService:
         return True
 
     def workspace(self, ref: str) -> Workspace:
-        """Find a workspace by registered name or path; an unregistered directory is added."""
+        """Find a registered workspace by name or by path; nothing is registered here (a
+        search, get or current directory never registers a workspace on its own)."""
         if not isinstance(ref, str) or not ref:
             raise BadRequest("workspace must be a non-empty string")
         with self._lock:
@@ -192,12 +260,17 @@ class MemoryService:
         # Only absolute paths: a "~user" reference would be expanded against the daemon's
         # passwd database (and raises for unknown users); clients send absolute paths.
         candidate = Path(ref)
-        if "\x00" not in ref and candidate.is_absolute() and candidate.is_dir():
-            resolved = candidate.resolve()
+        if "\x00" not in ref and candidate.is_absolute():
             with self._lock:
-                if resolved in self._workspaces:
-                    return self._workspaces[resolved]
-            return self.add_workspace(resolved)
+                found = self._workspaces.get(candidate)
+                if found is None and candidate.is_dir():
+                    found = self._workspaces.get(candidate.resolve())
+            if found is not None:
+                return found
+            if candidate.is_dir():
+                raise UnknownWorkspace(
+                    f"{ref} is not a registered workspace; add it with: memctl workspace add {ref}"
+                )
         raise UnknownWorkspace(f"unknown workspace {ref!r} (not a registered name or a directory)")
 
     def workspaces(self) -> list[Workspace]:
@@ -324,7 +397,16 @@ class MemoryService:
             "sources": by_source,
             "vectors": counts["vectors"],
             "vectors_match_chunks": counts["vectors"] == counts["embedded_chunks"],
-            "dirty": bool(stale or removed or counts["pending_files"] or state == "mismatched"),
+            # Skipped files are not searchable, and a vanished directory cannot be followed:
+            # neither is a clean index.
+            "dirty": bool(
+                stale
+                or removed
+                or counts["pending_files"]
+                or state == "mismatched"
+                or found.skipped
+                or not ws.root.is_dir()
+            ),
             "provider": {
                 "requested": self.choice.requested,
                 "active": self.embedder.provider if self.embedder else "none",

@@ -82,7 +82,7 @@ def test_every_method(daemon: Daemon, ws: Path) -> None:
         assert st["files_indexed"] == st["files_on_disk"] == 3
         assert st["watcher"]["state"] in ("watching", "polling")
         assert c.call("workspace_remove", workspace="agent") == {"removed": True}
-        assert c.call("workspace_list") == {"workspaces": []}
+        assert c.call("workspace_list") == {"workspaces": [], "missing": []}
 
 
 def test_error_paths_keep_the_connection(daemon: Daemon, ws: Path) -> None:

@@ -153,6 +153,7 @@ def test_everything_memd_creates_is_private_whatever_the_umask(
     os.chmod(old, 0o644)
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
+    os.chmod(ws / "memory", 0o755)
     (ws / "MEMORY.md").write_text("The staging cluster is called Orion.\n")
     sock = sock_dir / "memd.sock"
     proc = start(sock, umask=0o022)

@@ -586,6 +586,7 @@ def test_canary_key_is_nowhere_in_the_index_or_cache(
     (ws / "MEMORY.md").write_text("remote providers see this text\n")
     service = MemoryService(Config.load(), choice=Choice(embedder, "openai-compatible", False))
     try:
+        service.add_workspace(ws)
         first = service.sync(str(ws))
         assert first.pending_files == 1 and "rejected the API key" in first.errors[0][1]
         service.workspace(str(ws)).syncer.reset_backoff()

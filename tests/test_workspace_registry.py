@@ -1,0 +1,148 @@
+"""Registering workspaces: nothing implicit, names that can be used, directories that come later."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+import memd_client
+from memd.config import Config, WorkspaceConfig
+from memd_client.errors import BadRequest, UnknownWorkspace
+
+from .daemon_fixture import running_daemon
+
+
+def wait_for(predicate, what: str, timeout: float = 20.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def make_ws(root: Path, fact: str) -> Path:
+    (root / "memory").mkdir(parents=True)
+    (root / "MEMORY.md").write_text(f"# Memory\n\n{fact}\n")
+    return root
+
+
+def registry(config: Config) -> list[dict[str, object]]:
+    data = json.loads((config.state_dir / "workspaces.json").read_text())
+    return list(data["workspaces"])
+
+
+def test_search_and_get_never_register_a_workspace(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path / "stranger", "The staging cluster is called Orion.")
+    config = Config.load()
+    with running_daemon(config) as daemon, memd_client.connect(daemon.socket_path) as c:
+        with pytest.raises(UnknownWorkspace, match="memctl workspace add"):
+            c.search(str(ws), "staging cluster")
+        with pytest.raises(UnknownWorkspace):
+            c.get(str(ws), "MEMORY.md")
+        assert c.call("workspace_list")["workspaces"] == []
+        c.workspace_add(str(make_ws(tmp_path / "known", "Known.")), name="known")
+        assert [e["name"] for e in registry(config)] == ["known"]
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "why"),
+    [
+        ("/", "", "cannot be a workspace"),
+        ("{ws}", " padded", "outer spaces"),
+        ("{ws}", "a/b", "'/'"),
+        ("{ws}", "..", "'..'"),
+        ("{ws}", "x" * 65, "at most 64"),
+        ("{ws}", "bell\a", "controls"),
+    ],
+)
+def test_bad_workspaces_and_names_are_refused(
+    tmp_path: Path, path: str, name: str, why: str
+) -> None:
+    ws = make_ws(tmp_path / "ws", "x")
+    with running_daemon(Config.load()) as daemon, memd_client.connect(daemon.socket_path) as c:
+        with pytest.raises(BadRequest, match=why):
+            c.workspace_add(path.format(ws=ws), name=name)
+        assert c.status()["workspaces"] == []
+
+
+def test_a_workspace_missing_at_start_is_kept_and_picked_up_when_it_appears(
+    tmp_path: Path,
+) -> None:
+    """An unmounted drive: memd starts (no exit 3, no restart loop), keeps the workspace
+    registered through saves, and opens it once the directory is there."""
+    later = tmp_path / "drive" / "agent"
+    configured = tmp_path / "drive" / "other"
+    config = Config.load(workspaces=(WorkspaceConfig(path=str(configured), name="other"),))
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    (config.state_dir / "workspaces.json").write_text(
+        json.dumps({"version": 1, "workspaces": [{"path": str(later), "name": "agent"}]})
+    )
+    with running_daemon(config) as daemon, memd_client.connect(daemon.socket_path) as c:
+        st = c.status()
+        assert st["daemon"]["missing_workspaces"] == sorted([str(later), str(configured)])
+        c.workspace_add(str(make_ws(tmp_path / "present", "Here.")), name="present")
+        names = {e["name"] for e in registry(config)}
+        assert {"agent", "present"} <= names, "a save must not drop the missing workspace"
+        make_ws(later, "The deploy freeze starts on Friday.")
+
+        def picked_up() -> list[dict[str, object]]:
+            try:
+                return list(c.search("agent", "deploy freeze", mode="keyword")["results"])
+            except UnknownWorkspace:
+                return []
+
+        found = wait_for(picked_up, "the workspace to be picked up")
+        assert found[0]["path"] == "MEMORY.md"
+        assert str(later) not in c.status()["daemon"]["missing_workspaces"]
+        # A missing entry can always be removed, by name or path.
+        assert c.workspace_remove(str(configured))["removed"] is True
+        assert c.status()["daemon"]["missing_workspaces"] == []
+
+
+def test_a_bad_name_in_an_old_registry_falls_back_to_the_directory_name(
+    tmp_path: Path,
+) -> None:
+    ws = make_ws(tmp_path / "agent", "Fact.")
+    config = Config.load()
+    config.state_dir.mkdir(parents=True, exist_ok=True)
+    (config.state_dir / "workspaces.json").write_text(
+        json.dumps({"version": 1, "workspaces": [{"path": str(ws), "name": ""}]})
+    )
+    with running_daemon(config) as daemon, memd_client.connect(daemon.socket_path) as c:
+        assert [w["workspace"] for w in c.status()["workspaces"]] == ["agent"]
+        assert c.workspace_remove("agent")["removed"] is True
+    shutil.rmtree(ws)
+    assert not os.path.exists(ws)
+
+
+def test_skipped_files_and_a_vanished_workspace_are_never_fresh(tmp_path: Path) -> None:
+    ws = make_ws(tmp_path / "ws", "The staging cluster is called Orion.")
+    config = Config.load(index__max_file_bytes=2000)
+    with running_daemon(config) as daemon, memd_client.connect(daemon.socket_path) as c:
+        c.workspace_add(str(ws), name="ws")
+        c.reindex("ws")
+        clean = c.search("ws", "staging", mode="keyword")["freshness"]
+        assert clean["fresh"] and clean["skipped_files"] == 0 and clean["problems"] == []
+        # Appends that push a daily log past the limit: said at once, and never "fresh".
+        first = c.append("ws", "A short note.")
+        assert first["note"] is None
+        grown = c.append("ws", "x" * 2100)
+        assert grown["note"] and "max_file_bytes" in grown["note"]
+        c.reindex("ws")
+        st = c.status("ws")["workspaces"][0]
+        assert st["dirty"] and [s["path"] for s in st["files_skipped"]] == [grown["path"]]
+        reply = c.search("ws", "staging", mode="keyword")
+        assert reply["freshness"]["skipped_files"] == 1 and not reply["freshness"]["fresh"]
+        # The workspace directory is deleted: its index is still there, but never fresh.
+        shutil.rmtree(ws)
+        reply = c.search("ws", "staging", mode="keyword")
+        assert not reply["freshness"]["fresh"]
+        assert any("is gone" in p for p in reply["freshness"]["problems"])
+        assert c.status("ws")["workspaces"][0]["dirty"]
