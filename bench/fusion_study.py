@@ -175,8 +175,8 @@ def line_vectors(
     owner: list[int] = []
     lines: list[str] = []
     for i, (path, start, end, text) in enumerate(rows):
-        chunks.append(Cand(path, start, end))
-        for line in text.splitlines():
+        chunks.append(Cand(str(path), int(str(start)), int(str(end))))
+        for line in str(text).splitlines():
             if len(line.strip()) > 3 and not line.startswith("#"):
                 owner.append(i)
                 lines.append(line)

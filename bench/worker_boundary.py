@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--chunks", type=int, default=0, help="embed only the first N chunks")
     ap.add_argument("--settle", type=float, default=10.0)
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
@@ -108,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         inproc.threads = 1
     inproc.load()
     texts = chunks_of(data, worker)
+    if args.chunks:
+        texts = texts[: args.chunks]
     questions = questions_of(data, args.queries)
 
     over_pipe: list[float] = []
