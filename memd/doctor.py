@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memd.config import Config
+from memd.embed.models import RECOMMENDED_MODEL_URI
 from memd_client.errors import ConfigError
 
 __all__ = ["Check", "Status", "diagnose", "run_checks"]
@@ -27,7 +28,7 @@ Status = Literal["ok", "warn", "fail", "skip"]
 SQLITE_VEC_ENV = "MEMD_SQLITE_VEC_PATH"
 """An explicit sqlite-vec library for the extension check (default: the sqlite-vec package's)."""
 
-DEFAULT_MODEL_URI = "hf:second-state/All-MiniLM-L6-v2-Embedding-GGUF/all-MiniLM-L6-v2-Q8_0.gguf"
+DEFAULT_MODEL_URI = RECOMMENDED_MODEL_URI
 LOW_DISK_BYTES = 500 * 1024 * 1024
 LOW_DISK_FRACTION = 0.05
 FULL_DISK_BYTES = 50 * 1024 * 1024

@@ -457,3 +457,14 @@ def test_progress_bar_draws_only_on_a_terminal() -> None:
     unknown = _Terminal()
     progress_bar(unknown)(3_000_000, None)
     assert "3.0 MB" in unknown.getvalue() and "%" not in unknown.getvalue()
+
+
+def test_the_recommended_model_is_multilingual_e5() -> None:
+    """`memctl model pull` with no URI and doctor's hint fetch it (docs/benchmarks.md: why)."""
+    from memd.doctor import DEFAULT_MODEL_URI
+    from memd.embed.models import RECOMMENDED_MODEL_URI, resolve_uri
+
+    source = resolve_uri(RECOMMENDED_MODEL_URI)
+    assert source.filename == "multilingual-e5-small-q8_0.gguf"
+    assert source.url.startswith("https://")
+    assert DEFAULT_MODEL_URI == RECOMMENDED_MODEL_URI

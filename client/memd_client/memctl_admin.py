@@ -59,15 +59,22 @@ def model_list_cmd(ctx: click.Context, as_json: bool) -> None:
 
 
 @model_group.command("pull")
-@click.argument("uri")
+@click.argument("uri", required=False)
 @click.option("--sha256", default=None, metavar="HEX", help="The expected checksum.")
 @click.pass_context
-def model_pull_cmd(ctx: click.Context, uri: str, sha256: str | None) -> None:
-    """Download the model URI (hf:owner/repo/file.gguf or https://…) into the model directory.
+def model_pull_cmd(ctx: click.Context, uri: str | None, sha256: str | None) -> None:
+    """Download the model URI (hf:owner/repo/file.gguf or https://…) into the model directory;
+    with no URI, the recommended multilingual model (multilingual-e5-small).
 
-    Example: memctl model pull hf:second-state/All-MiniLM-L6-v2-Embedding-GGUF/all-MiniLM-L6-v2-Q8_0.gguf
+    \b
+    Example:
+      memctl model pull
+      memctl model pull hf:second-state/All-MiniLM-L6-v2-Embedding-GGUF/all-MiniLM-L6-v2-Q8_0.gguf
     """
-    from memd.embed.models import progress_bar, pull  # the daemon's package, only for this command
+    # the daemon's package, only for this command
+    from memd.embed.models import RECOMMENDED_MODEL_URI, progress_bar, pull
+
+    uri = uri or RECOMMENDED_MODEL_URI
 
     with _errors(ctx):
         path = pull(uri, user_dirs().models, sha256=sha256, progress=progress_bar())
