@@ -11,7 +11,9 @@ import dataclasses
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +39,9 @@ from memd_client.protocol import PROTOCOL_VERSION
 __all__ = ["Api"]
 
 MAX_WAIT_MS = 60_000
+APPEND_WAIT_SECONDS = 60.0
+APPEND_KEYS_KEPT = 10_000
+APPEND_KEY_SECONDS = 600.0
 
 
 class Api:
@@ -71,6 +76,10 @@ class Api:
         self.started_at = time.time()
         self.connections = 0
         self._registry_lock = threading.Lock()
+        # append idempotency keys: (workspace root, key) -> (when, result, text), oldest first
+        self._appends: OrderedDict[tuple[Path, str], tuple[float, Future[dict[str, Any]], str]]
+        self._appends = OrderedDict()
+        self._appends_lock = threading.Lock()
         self._process = psutil.Process()
 
     # -- helpers --------------------------------------------------------------------------------
@@ -304,10 +313,52 @@ class Api:
         }
 
     def append(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        only(params, "workspace", "text")
+        only(params, "workspace", "text", "idempotency_key")
         ws = self._ws(params)
         text = str_param(params, "text")
         assert text is not None
+        key = params.get("idempotency_key")
+        if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 128):
+            raise BadRequest("idempotency_key must be a string of 1 to 128 characters")
+        if key is None:
+            return self._append(ws, text)
+        # The first request with a key appends; the same key again (a client retrying after a
+        # timeout, whose first request may still be running) waits for that one and gets its
+        # result. Keys are kept for 10 minutes, 10,000 at most.
+        slot: Future[dict[str, Any]]
+        with self._appends_lock:
+            now = time.monotonic()
+            while self._appends and (
+                len(self._appends) > APPEND_KEYS_KEPT
+                or next(iter(self._appends.values()))[0] < now - APPEND_KEY_SECONDS
+            ):
+                self._appends.popitem(last=False)
+            entry = self._appends.get((ws.root, key))
+            first = entry is None
+            if first:
+                slot = Future()
+                self._appends[(ws.root, key)] = (now, slot, text)
+            else:
+                assert entry is not None
+                _, slot, seen = entry
+                if seen != text:
+                    raise BadRequest("idempotency_key was already used for another text")
+        if not first:
+            result = dict(slot.result(timeout=APPEND_WAIT_SECONDS))
+            result["duplicate"] = True
+            result["freshness"] = self.freshness(ws)
+            return result
+        try:
+            result = self._append(ws, text)
+        except BaseException as exc:
+            with self._appends_lock:
+                self._appends.pop((ws.root, key), None)  # failed: a retry may try again
+            slot.set_exception(exc)
+            raise
+        slot.set_result(result)
+        return result
+
+    def _append(self, ws: Workspace, text: str) -> dict[str, Any]:
         bad = next((c for c in text.replace("\r\n", "\n") if _is_control(c)), None)
         if bad is not None:
             raise BadRequest(
@@ -315,7 +366,7 @@ class Api:
                 "allowed (escape sequences in memory would reach every terminal that shows it)"
             )
         try:
-            appended = self.indexer.append(ws, text).result(timeout=60)
+            appended = self.indexer.append(ws, text).result(timeout=APPEND_WAIT_SECONDS)
         except FutureTimeout:
             raise Timeout(
                 "append: the index did not catch up within 60 s; the text is on disk"

@@ -68,7 +68,7 @@ def test_methods_send_documented_params(
         c.status()
         c.search(Path("ws"), "q", max_results=3, min_score=0.2, wait_ms=50)
         c.get("agent", "MEMORY.md", from_line=3)
-        c.append("agent", "- note\n")
+        c.append("agent", "- note\n", idempotency_key="key-1")
         c.record_recall("agent", "q", [{"path": "MEMORY.md", "start_line": 1, "end_line": 2}])
         c.reindex()
         c.reindex("agent", force=True, wait=False)
@@ -81,7 +81,7 @@ def test_methods_send_documented_params(
         [],
         [{"workspace": ws, "query": "q", "max_results": 3, "min_score": 0.2, "wait_ms": 50}],
         [{"workspace": "agent", "path": "MEMORY.md", "from": 3}],
-        [{"workspace": "agent", "text": "- note\n"}],
+        [{"workspace": "agent", "text": "- note\n", "idempotency_key": "key-1"}],
         [
             {
                 "workspace": "agent",

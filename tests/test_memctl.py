@@ -296,7 +296,10 @@ def test_append_reads_stdin(daemon: FakeDaemon) -> None:
     result = run(daemon, "append", "-", "-w", "agent", input="- launch moved to May\n")
     assert result.exit_code == 0, result.output
     assert result.stdout == "Appended to memory/2026-01-02.md#L10-L11\n"
-    assert params(daemon, "append") == {"workspace": "agent", "text": "- launch moved to May\n"}
+    sent = params(daemon, "append")
+    key = sent.pop("idempotency_key")
+    assert isinstance(key, str) and len(key) == 32, "every append carries a fresh key"
+    assert sent == {"workspace": "agent", "text": "- launch moved to May\n"}
     run(daemon, "append", "inline note", "-w", "agent")
     assert params(daemon, "append")["text"] == "inline note"
 

@@ -146,3 +146,21 @@ def test_skipped_files_and_a_vanished_workspace_are_never_fresh(tmp_path: Path) 
         assert not reply["freshness"]["fresh"]
         assert any("is gone" in p for p in reply["freshness"]["problems"])
         assert c.status("ws")["workspaces"][0]["dirty"]
+
+
+def test_append_with_the_same_idempotency_key_writes_once(tmp_path: Path) -> None:
+    """A client that timed out and retries must not duplicate the entry."""
+    ws = make_ws(tmp_path / "ws", "x")
+    with running_daemon(Config.load()) as daemon, memd_client.connect(daemon.socket_path) as c:
+        c.workspace_add(str(ws), name="ws")
+        first = c.append("ws", "Deploys freeze on Fridays.", idempotency_key="k-1")
+        again = c.append("ws", "Deploys freeze on Fridays.", idempotency_key="k-1")
+        assert again["duplicate"] and again["path"] == first["path"]
+        assert (again["start_line"], again["end_line"]) == (first["start_line"], first["end_line"])
+        with pytest.raises(BadRequest, match="another text"):
+            c.append("ws", "Something else.", idempotency_key="k-1")
+        c.append("ws", "Deploys freeze on Fridays.")  # a new key by default: written again
+        text = (ws / first["path"]).read_text()
+        assert text.count("Deploys freeze on Fridays.") == 2
+        with pytest.raises(BadRequest, match="idempotency_key"):
+            c.call("append", workspace="ws", text="y", idempotency_key="")

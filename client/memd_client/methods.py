@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from memd_client.errors import Timeout
 from memd_client.protocol import PROTOCOL_VERSION
 
 __all__ = ["Methods", "WorkspaceRef"]
@@ -101,10 +103,24 @@ class Methods(ABC):
         }
         return self._map("get", params, self.timeout)
 
-    def append(self, workspace: WorkspaceRef, text: str) -> dict[str, Any]:
-        """Append ``text`` to today's memory file; returns once it is searchable."""
-        params = {"workspace": _workspace(workspace), "text": text}
-        return self._map("append", params, self.timeout)
+    def append(
+        self, workspace: WorkspaceRef, text: str, *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Append ``text`` to today's memory file; returns once it is searchable.
+
+        Every call carries an idempotency key (a new random one unless given): the daemon
+        appends a key's text once, and a retry with the same key gets the first result. After
+        a Timeout the append may still happen, so retry with the same key, never a new one.
+        """
+        key = idempotency_key or uuid.uuid4().hex
+        params = {"workspace": _workspace(workspace), "text": text, "idempotency_key": key}
+        try:
+            return self._map("append", params, self.timeout)
+        except Timeout as exc:
+            raise Timeout(
+                f"{exc}; the append may still happen: retry with idempotency_key={key!r} "
+                "so it is not written twice"
+            ) from None
 
     def record_recall(
         self, workspace: WorkspaceRef, query: str, results: Sequence[Mapping[str, Any]]
