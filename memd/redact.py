@@ -46,12 +46,30 @@ _TYPED: list[tuple[str, bool]] = [  # (pattern with groups p=kept prefix, v=secr
     (r"(?P<p>hf_)(?P<v>[A-Za-z0-9]{30,})", True),
     (r"(?P<p>pa-)(?P<v>[A-Za-z0-9_-]{20,})", True),
     (r"(?P<p>eyJ)(?P<v>[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)", False),
+    (r"(?P<p>npm_)(?P<v>[A-Za-z0-9]{36})", False),
+    (r"(?P<p>pypi-)(?P<v>AgE[A-Za-z0-9_-]{50,})", False),
+    (r"(?P<p>SG\.)(?P<v>[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43})", False),
+    (r"(?P<p>\d{8,10}:)(?P<v>AA[A-Za-z0-9_-]{33})", False),  # Telegram bot token
+    (r"(?P<p>shp(?:at|ca|pa|ss)_)(?P<v>[a-fA-F0-9]{32})", False),  # Shopify
+    (r"(?P<p>dop_v1_)(?P<v>[a-f0-9]{64})", False),  # DigitalOcean
+    (r"(?P<p>ya29\.)(?P<v>[A-Za-z0-9_-]{20,})", False),  # Google OAuth access token
+    (r"(?P<p>SK)(?P<v>[0-9a-f]{32})", False),  # Twilio API key
+    (r"(?P<p>key-)(?P<v>[0-9a-f]{32})", False),  # Mailgun
+    (
+        r"(?P<p>https://hooks\.slack\.com/(?:services|workflows|triggers)/)(?P<v>[A-Za-z0-9/_-]{20,})",
+        False,
+    ),
+    (
+        r"(?P<p>https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/\d{5,30}/)"
+        r"(?P<v>[A-Za-z0-9_-]{30,})",
+        False,
+    ),
 ]
 _TYPED_RE = [(re.compile(_B + pat + _E), loose) for pat, loose in _TYPED]
 
 _URL_CRED = re.compile(
     r"(?<![A-Za-z0-9+.-])(?P<p>[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s:/@\[\]]{0,256}:)"
-    r"(?P<v>[^\s@/]{1,256})@"
+    r"(?P<v>[^\s/]{1,256})@"  # greedy: a password may hold '@'; the host follows the last one
 )
 _BEARER = re.compile(r"(?<![A-Za-z0-9_])(?P<p>(?i:bearer)[ \t]{1,4})(?P<v>[A-Za-z0-9._~+/=-]{16,})")
 _BASIC = re.compile(
@@ -59,11 +77,19 @@ _BASIC = re.compile(
 )
 
 _ASSIGN = re.compile(
-    r"(?<![A-Za-z0-9_])(?P<key>(?i:[A-Za-z0-9_.-]{0,48}?(?:pass(?:word|phrase)|passwd|pwd|secret|token|key)))"
+    r"(?<![A-Za-z0-9_])(?P<key>(?i:[A-Za-z0-9_.-]{0,48}?(?:pass(?:word|phrase|code)?|passwd|pwd|pw|secret|token|key)))"
     r"(?P<mid>(?:[\"'`]|\*\*)?[ \t]{0,4}(?P<op>:=|=>|[:=](?!=))[ \t]{0,4})"
     r"(?P<val>\"[^\"\n]{1,1024}\"|'[^'\n]{1,1024}'|[^\s\"'`,;&()\[\]{}<>]+)"
 )
-_PASSWORD_KEY = re.compile(r"(?:password|passwd|passphrase|pwd)$", re.I)
+_PASSWORD_KEY = re.compile(
+    r"(?:password|passwd|passphrase|passcode|pwd)$|(?:^|[_.-])(?:pass|pw)$", re.I
+)
+# A key alone on its line, its value on the next, indented (YAML), or a block scalar.
+_NEXT_LINE = re.compile(
+    r"(?im)^(?P<head>[ \t]*-?[ \t]*[\"']?[A-Za-z0-9_.-]{0,48}?"
+    r"(?:pass(?:word|phrase|code)?|passwd|pwd|secret|token|(?:api|access|private|auth|client)[_.-]?key)"
+    r"[\"']?[ \t]*:[ \t]*(?:[|>][-+]?[ \t]*)?\n[ \t]+)(?P<val>[^\s#][^\n]*)"
+)
 _STRONG_KEY = re.compile(r"(?:secret|token|(?:api|access|private|auth|client)[_.-]?key)$", re.I)
 _WEAK_KEY = re.compile(r"key$", re.I)  # `key`, `sort_key`: only a high-entropy value
 _NOT_SECRET = {
@@ -164,6 +190,36 @@ def _assignment(m: re.Match[str]) -> str | None:
     return m.group("key") + m.group("mid") + q + MARK + q
 
 
+_WHOLE_LINE = re.compile(
+    r"(?<![A-Za-z0-9_])(?P<key>(?i:[A-Za-z0-9_.-]{0,48}?(?:password|passwd|passphrase)))"
+    r"(?P<mid>(?:[\"'`]|\*\*)?[ \t]{0,4}(?P<op>:=|=>|[:=](?!=))[ \t]{0,4})"
+    r"(?P<val>[^\s\"'`][^\n]*?)(?P<end>[ \t]*(?:[ \t]#[^\n]*)?$)",
+    re.M,
+)
+
+
+def _whole_line(m: re.Match[str]) -> str | None:
+    """`password = correct horse battery staple`, `Password=Tr0ub4dor&3`: for a plain password
+    key, the rest of the line is the value, spaces and punctuation included, once its first
+    word passes the same checks as any assignment (so code such as `password = get()` stays)."""
+    first = re.match(r"[^\s\"'`,;&()\[\]{}<>]+", m.group("val"))
+    if first is None or m.group("key").startswith("-"):
+        return None  # a command-line flag (`--password=x db`): its value ends at a space
+    probe = _ASSIGN.match(m.group("key") + m.group("mid") + first.group(0))
+    if probe is None or _assignment(probe) is None:
+        return None
+    if m.string[m.start("val") + first.end() : m.start("val") + first.end() + 1] in ("(", "["):
+        return None
+    return m.group("key") + m.group("mid") + MARK + m.group("end")
+
+
+def _next_line(m: re.Match[str]) -> str | None:
+    val = m.group("val").strip()
+    if MARK in val or val.lower() in _NOT_SECRET or val.startswith(("${", "{{", "<")):
+        return None
+    return m.group("head") + MARK
+
+
 def _context(m: re.Match[str]) -> str | None:
     val = m.group("val").rstrip(".")
     if not re.search(r"[ \t:=]", m.group("gap")) or _marked(m, "val") or _CODE_VALUE.fullmatch(val):
@@ -238,6 +294,8 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None]]] = [
     (_URL_CRED, _keep_prefix(lambda v: True)),
     (_BEARER, _keep_prefix(lambda v: any(c.isdigit() for c in v))),
     (_BASIC, _keep_prefix(_basic_credentials)),
+    (_WHOLE_LINE, _whole_line),
+    (_NEXT_LINE, _next_line),
     (_ASSIGN, _assignment),
     (_CONTEXT, _context),
 ]

@@ -25,6 +25,7 @@ from memd.files import GetResult, MemoryPath, locate, read_located
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
 from memd.index.sync import Progress, Syncer, SyncReport
+from memd.redact import redact
 from memd.search import SearchOptions, SearchOutcome, search
 from memd.sessions import is_transcript_name, read_jsonl_lines
 from memd.workspace import discover
@@ -355,6 +356,8 @@ class MemoryService:
         text, count, truncated, next_from = read_jsonl_lines(
             target, from_line, lines or self.config.get.default_lines, self.config.get.max_chars
         )
+        if self.config.index.redact:  # transcripts hold what tools printed: keys, tokens
+            text = redact(text)
         return GetResult(path, text, from_line, count, truncated, next_from, False)
 
     def status(self, ref: str) -> dict[str, Any]:

@@ -146,3 +146,17 @@ def test_secrets_are_redacted_in_the_index_not_on_disk(daemon: Daemon, ws: Path)
     home = Path(os.environ["MEMD_HOME"])
     for path in home.rglob("*.sqlite*"):
         assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_transcript_get_is_redacted(daemon: Daemon, ws: Path) -> None:
+    """A transcript holds what tools printed: get returns it redacted, as search does."""
+    transcript = ws.parent / "sessions" / "abc.jsonl"
+    with transcript.open("a") as f:
+        f.write(
+            message("user", f"here is the key {KEY} and password = correct horse battery") + "\n"
+        )
+    total = len(transcript.read_text().splitlines())
+    with as_(daemon, agent_id="alice") as c:
+        got = c.get("agent", "sessions/abc.jsonl", from_line=total, lines=1)
+    assert "Zq8Zq8" not in got["text"] and "horse battery" not in got["text"]
+    assert "[REDACTED]" in got["text"]

@@ -520,3 +520,16 @@ def test_a_growing_log_rewrites_only_its_tail(
     path.write_text("# Rewritten\n\n" + "".join(lines[:10]))
     syncer.sync()
     assert dump(index) == fresh_rebuild_dump(config, workspace, fake)
+
+
+def test_utf16_memory_file_is_read_and_redacted(
+    syncer: Syncer, workspace: Path, index: Index
+) -> None:
+    """An editor's "Unicode" save (UTF-16 with a BOM) read as UTF-8 matched no keyword and no
+    redaction pattern."""
+    path = workspace / "memory" / "2026-01-03.md"
+    path.write_bytes("The vault password = hunter2!xyz\nDeploys on Fridays.\n".encode("utf-16"))
+    syncer.sync()
+    body = texts(index)
+    assert "Deploys on Fridays." in body
+    assert "hunter2" not in body and "[REDACTED]" in body

@@ -43,6 +43,14 @@ Progress = Callable[[str, int, int], None]
 RACY_NS = 2_000_000_000
 
 
+def decode_memory(data: bytes) -> str:
+    """A memory file's text: UTF-8, or UTF-16 when it starts with a byte-order mark (an editor's
+    "Unicode" save); read as UTF-8 such a file matched no keyword and no redaction pattern."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", "replace")
+    return data.decode("utf-8", "replace")
+
+
 class Syncer(TranscriptSync):
     """Indexes one workspace with one embedder (or none). Not thread-safe: one writer only."""
 
@@ -317,7 +325,7 @@ class Syncer(TranscriptSync):
                     store.touch_file(f.rel, f.mtime_ns, f.size)
             report.unchanged += 1
             return
-        text = data.decode("utf-8", "replace")
+        text = decode_memory(data)
         if self.config.redact:
             text = redact(text)  # the index holds redacted text; the file is untouched
         entry = IndexEntry(
