@@ -8,6 +8,8 @@ from __future__ import annotations
 import binascii
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 
 __all__ = ["MARK", "redact", "redact_with_count"]
@@ -289,25 +291,103 @@ def _redact_pem(text: str) -> tuple[str, int]:
     return "".join(out), count
 
 
-_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None]]] = [
-    *((pattern, _typed(loose)) for pattern, loose in _TYPED_RE),
-    (_URL_CRED, _keep_prefix(lambda v: True)),
-    (_BEARER, _keep_prefix(lambda v: any(c.isdigit() for c in v))),
-    (_BASIC, _keep_prefix(_basic_credentials)),
-    (_WHOLE_LINE, _whole_line),
-    (_NEXT_LINE, _next_line),
-    (_ASSIGN, _assignment),
-    (_CONTEXT, _context),
+# Each rule with the literal strings (lower-cased) one of which any match must contain: a text
+# holding none of them skips the rule, which is most rules for most text.
+_TYPED_NEEDLES: list[tuple[str, ...]] = [
+    ("sk-ant-",),
+    ("sk-proj-",),
+    ("sk-",),
+    ("_live_", "_test_"),
+    ("aiza",),
+    ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ("github_pat_",),
+    ("glpat-",),
+    ("xox",),
+    ("akia", "asia"),
+    ("hf_",),
+    ("pa-",),
+    ("eyj",),
+    ("npm_",),
+    ("pypi-",),
+    ("sg.",),
+    (":aa",),
+    ("shp",),
+    ("dop_v1_",),
+    ("ya29.",),
+    ("sk",),
+    ("key-",),
+    ("hooks.slack.com",),
+    ("discord",),
 ]
+_KEY_WORDS = ("pass", "pwd", "pw", "secret", "token", "key")
+_RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None], tuple[str, ...]]] = [
+    *(
+        (pattern, _typed(loose), needles)
+        for (pattern, loose), needles in zip(_TYPED_RE, _TYPED_NEEDLES, strict=True)
+    ),
+    (_URL_CRED, _keep_prefix(lambda v: True), ("://",)),
+    (_BEARER, _keep_prefix(lambda v: any(c.isdigit() for c in v)), ("bearer",)),
+    (_BASIC, _keep_prefix(_basic_credentials), ("basic",)),
+    (_WHOLE_LINE, _whole_line, ("pass",)),
+    (_NEXT_LINE, _next_line, _KEY_WORDS),
+    (_ASSIGN, _assignment, _KEY_WORDS),
+    (_CONTEXT, _context, _KEY_WORDS),
+]
+
+# Redacting a whole daily log on every append made appends cost O(file): 8 s for 8.5 MB. The
+# rules never match across a line that starts unindented (only _NEXT_LINE spans two lines, the
+# second indented; PEM blocks are handled on the whole text first), so the text is redacted in
+# such blocks, each remembered: an append redacts only what it added.
+_BLOCK = re.compile(r"[^\n]*\n?(?:[ \t]+[^\n]*\n?)*")
+_MEMO: OrderedDict[str, tuple[str, int]] = OrderedDict()
+_MEMO_CHARS = 0
+_MEMO_MAX_CHARS = 32 << 20
+_MEMO_LOCK = threading.Lock()
+
+
+def _redact_block(block: str) -> tuple[str, int]:
+    lower = block.lower()
+    total = 0
+    for pattern, repl, needles in _RULES:
+        if any(n in lower for n in needles):
+            block, n = _sub(pattern, repl, block)
+            if n:
+                total += n
+                lower = block.lower()
+    return block, total
+
+
+def _redact_blocks(text: str) -> tuple[str, int]:
+    global _MEMO_CHARS
+    out: list[str] = []
+    total = 0
+    for m in _BLOCK.finditer(text):
+        block = m.group(0)
+        if not block:
+            continue
+        with _MEMO_LOCK:
+            hit = _MEMO.get(block)
+            if hit is not None:
+                _MEMO.move_to_end(block)
+        if hit is None:
+            hit = _redact_block(block)
+            with _MEMO_LOCK:
+                if block not in _MEMO:
+                    _MEMO[block] = hit
+                    _MEMO_CHARS += len(block)
+                while _MEMO_CHARS > _MEMO_MAX_CHARS and _MEMO:
+                    old, _ = _MEMO.popitem(last=False)
+                    _MEMO_CHARS -= len(old)
+        out.append(hit[0])
+        total += hit[1]
+    return "".join(out), total
 
 
 def redact_with_count(text: str) -> tuple[str, int]:
     """Return `text` with secrets replaced by MARK, and how many secrets were replaced."""
     text, total = _redact_pem(text)
-    for pattern, repl in _RULES:
-        text, n = _sub(pattern, repl, text)
-        total += n
-    return text, total
+    text, n = _redact_blocks(text)
+    return text, total + n
 
 
 def redact(text: str) -> str:

@@ -533,3 +533,47 @@ def test_utf16_memory_file_is_read_and_redacted(
     body = texts(index)
     assert "Deploys on Fridays." in body
     assert "hunter2" not in body and "[REDACTED]" in body
+
+
+class CountingEmbedder(FakeEmbedder):
+    """A FakeEmbedder that counts token-count requests (each is a round trip to a real model)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.token_counts = 0
+
+    def count_tokens(self, text: str) -> int:
+        self.token_counts += 1
+        return super().count_tokens(text)
+
+
+def test_reindexing_an_appended_log_redacts_and_counts_only_what_is_new(
+    workspace: Path, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Appends cost O(appended text), not O(file): the redaction of unchanged lines and the
+    token counts of unchanged chunks are remembered. (The redaction counter wraps the real
+    function: how often it runs cannot be seen from outside.)"""
+    from memd import redact as redact_module
+
+    blocks: list[str] = []
+    real = redact_module._redact_block
+    monkeypatch.setattr(redact_module, "_redact_block", lambda b: (blocks.append(b), real(b))[1])
+    embedder = CountingEmbedder()
+    index = Index(config.index_dir / "append.sqlite")
+    index.open()
+    try:
+        syncer = Syncer(index, workspace, config=config.index, embedder=embedder)
+        log = workspace / "memory" / "2026-01-04.md"
+        log.write_text("".join(f"- entry {i}: met Bob about launch {i}\n" for i in range(3000)))
+        syncer.sync()
+        assert len(blocks) >= 3000 and embedder.token_counts > 20
+        blocks.clear()
+        embedder.token_counts = 0
+        with log.open("a") as f:
+            f.write("- the staging cluster is renamed to vega\n")
+        report = syncer.sync(paths={"memory/2026-01-04.md"})
+        assert report.indexed == 1
+        assert len(blocks) <= 2, "only the appended lines are redacted again"
+        assert embedder.token_counts <= 3, "only the changed chunks are counted again"
+    finally:
+        index.close()

@@ -43,6 +43,9 @@ Progress = Callable[[str, int, int], None]
 RACY_NS = 2_000_000_000
 
 
+TOKEN_COUNTS_KEPT = 200_000  # about 10 MB of digests and counts
+
+
 def decode_memory(data: bytes) -> str:
     """A memory file's text: UTF-8, or UTF-16 when it starts with a byte-order mark (an editor's
     "Unicode" save); read as UTF-8 such a file matched no keyword and no redaction pattern."""
@@ -83,6 +86,8 @@ class Syncer(TranscriptSync):
         # After an embedding failure, pending files wait (30 s doubling to 1 h) before the next
         # attempt, so a provider outage does not stall every sync on retries.
         self.embed_failures = 0
+        self._token_counts: dict[bytes, int] = {}
+        self._token_owner: Embedder | None = None
         # Set by an explicit reindex: the next full reconcile compares every file's content.
         self.look_next = False
         # Files the last full reconcile found and could not index (too large), with why:
@@ -361,6 +366,22 @@ class Syncer(TranscriptSync):
             self._sync_one(store, f, row, report, model, same_vectors, now_ns, look=True)
         return True
 
+    def _count_tokens(self, text: str) -> int:
+        """The model's token count of ``text``, remembered by digest: re-chunking a grown daily
+        log asks again for every chunk it had, and each ask is a round trip to the model."""
+        assert self.embedder is not None
+        if self._token_owner is not self.embedder:  # another model counts differently
+            self._token_counts.clear()
+            self._token_owner = self.embedder
+        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        count = self._token_counts.get(key)
+        if count is None:
+            count = self.embedder.count_tokens(text)
+            if len(self._token_counts) >= TOKEN_COUNTS_KEPT:
+                self._token_counts.clear()
+            self._token_counts[key] = count
+        return count
+
     def _index_file(
         self,
         store: Store,
@@ -375,7 +396,7 @@ class Syncer(TranscriptSync):
             text,
             self.config.chunk_tokens,
             self.config.chunk_overlap,
-            count_tokens=e.count_tokens if e else None,
+            count_tokens=self._count_tokens if e else None,
             max_tokens=e.max_tokens if e else None,
         )
         cached: dict[str, Vectors] = {}
