@@ -9,6 +9,7 @@ a thread of its own, building a new file while the live index keeps serving and 
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import logging
 import queue
@@ -189,20 +190,59 @@ class Indexer:
             if job.kind == "sync":
                 job.future.set_result(self._sync(ws, job))
             elif job.kind == "append":
-                appended = append_daily(ws.root, job.payload, timezone=self.service.config.timezone)
-                with self._lock:
-                    self._states.setdefault(ws.root, _State()).dirty.add(appended.path)
-                try:
-                    self._sync(ws, None)
-                except IndexError_ as exc:  # the text is on disk: say so, or a retry doubles it
-                    raise IndexError_(
-                        f"append: the text is on disk in {appended.path} (lines "
-                        f"{appended.start_line}-{appended.end_line}) but not searchable yet: {exc}"
-                    ) from None
-                job.future.set_result(appended)
+                self._append_batch(ws, job)
         except Exception as exc:  # handed to whoever waits; the writer goes on
             logger.warning("%s of %s failed: %s", job.kind, ws.name, exc)
             job.future.set_exception(exc)
+
+    def _append_batch(self, ws: Workspace, first: _Job) -> None:
+        """Write ``first`` and every other append queued for the same workspace, then make
+        them searchable with one sync: 60 queued appends cost one re-index of the daily log,
+        not 60, and an edit in another workspace waits behind one batch, not all of them."""
+        batch = [first, *self._take_queued_appends(ws.root)]
+        written: list[tuple[_Job, Appended]] = []
+        for job in batch:
+            if job is not first and not job.future.set_running_or_notify_cancel():
+                continue
+            try:
+                appended = append_daily(ws.root, job.payload, timezone=self.service.config.timezone)
+            except Exception as exc:
+                logger.warning("append to %s failed: %s", ws.name, exc)
+                job.future.set_exception(exc)
+                continue
+            with self._lock:
+                self._states.setdefault(ws.root, _State()).dirty.add(appended.path)
+            written.append((job, appended))
+        if not written:
+            return
+        try:
+            self._sync(ws, None)
+        except IndexError_ as exc:  # the text is on disk: say so, or a retry doubles it
+            for job, appended in written:
+                job.future.set_exception(
+                    IndexError_(
+                        f"append: the text is on disk in {appended.path} (lines "
+                        f"{appended.start_line}-{appended.end_line}) but not searchable yet: {exc}"
+                    )
+                )
+            return
+        except Exception as exc:
+            for job, _ in written:
+                job.future.set_exception(exc)
+            return
+        for job, appended in written:
+            job.future.set_result(appended)
+
+    def _take_queued_appends(self, root: Path, limit: int = 256) -> list[_Job]:
+        """Remove and return the appends queued for ``root``, oldest first."""
+        with self._queue.mutex:
+            heap = self._queue.queue
+            mine = sorted(j for j in heap if j.kind == "append" and j.root == root)[:limit]
+            if mine:
+                taken = {id(j) for j in mine}
+                heap[:] = [j for j in heap if id(j) not in taken]
+                heapq.heapify(heap)
+        return mine
 
     def _sync(self, ws: Workspace, job: _Job | None) -> SyncReport:
         with self._lock:

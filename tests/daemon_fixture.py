@@ -5,15 +5,33 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
 
 from memd.config import Config
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
 from memd.embed.select import Choice
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], what: str, timeout: float = 30.0) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that; fail naming
+    ``what`` when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
 def short_socket_dir() -> Path:

@@ -242,16 +242,6 @@ def test_the_worker_dies_with_the_daemon(tmp_path: Path) -> None:
             parent.stdout.close()
 
 
-def wait_for(predicate, what: str, timeout: float = 60.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def test_daemon_survives_a_worker_that_dies_on_every_document_batch(tmp_path: Path, fault) -> None:  # type: ignore[no-untyped-def]
     """The model's worker dies by SIGSEGV on every document batch (queries work): the daemon
     keeps serving, keyword search answers, no file is reported clean without vectors, status
@@ -259,7 +249,7 @@ def test_daemon_survives_a_worker_that_dies_on_every_document_batch(tmp_path: Pa
     import memd_client
     from memd.config import Config
 
-    from .daemon_fixture import running_daemon
+    from .daemon_fixture import running_daemon, wait_for
 
     fault("segv:document")
     ws = tmp_path / "ws"
@@ -276,7 +266,7 @@ def test_daemon_survives_a_worker_that_dies_on_every_document_batch(tmp_path: Pa
                 worker = st["provider"]["worker"]
                 return st if worker["restarts"] >= 1 and st["files_indexed"] == 2 else None
 
-            st = wait_for(crashed, "the worker to crash on a document batch")
+            st = wait_for(crashed, "the worker to crash on a document batch", timeout=60)
             worker = st["provider"]["worker"]
             assert worker["last_exit"] == "SIGSEGV"
             assert st["dirty"] and st["files_pending"] == 2 and st["vectors"] == 0

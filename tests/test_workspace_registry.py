@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -14,17 +13,7 @@ import memd_client
 from memd.config import Config, WorkspaceConfig
 from memd_client.errors import BadRequest, UnknownWorkspace
 
-from .daemon_fixture import running_daemon
-
-
-def wait_for(predicate, what: str, timeout: float = 20.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
+from .daemon_fixture import running_daemon, wait_for
 
 
 def make_ws(root: Path, fact: str) -> Path:
@@ -164,3 +153,43 @@ def test_append_with_the_same_idempotency_key_writes_once(tmp_path: Path) -> Non
         assert text.count("Deploys freeze on Fridays.") == 2
         with pytest.raises(BadRequest, match="idempotency_key"):
             c.call("append", workspace="ws", text="y", idempotency_key="")
+
+
+def test_concurrent_appends_all_land_once_and_each_result_points_at_its_text(
+    tmp_path: Path,
+) -> None:
+    """Queued appends of one workspace are written and indexed as one batch: every one lands
+    exactly once, each reply's lines hold its own text, and all are searchable at once."""
+    import threading
+
+    ws = make_ws(tmp_path / "ws", "x")
+    with running_daemon(Config.load()) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+            c.workspace_add(str(ws), name="ws")
+        results: dict[int, dict[str, object]] = {}
+        errors: list[BaseException] = []
+
+        def writer(i: int) -> None:
+            try:
+                with memd_client.connect(daemon.socket_path) as own:
+                    results[i] = own.append("ws", f"Entry number {i} zebra{i}quux.")
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(40)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        path = ws / str(results[0]["path"])
+        lines = path.read_text().splitlines()
+        for i, r in results.items():
+            text = "\n".join(lines[int(r["start_line"]) - 1 : int(r["end_line"])])  # type: ignore[call-overload]
+            assert f"zebra{i}quux" in text
+            assert path.read_text().count(f"zebra{i}quux") == 1
+        with memd_client.connect(daemon.socket_path) as c:
+            for i in (0, 17, 39):
+                hits = c.search("ws", f"zebra{i}quux", mode="keyword")["results"]
+                line = int(results[i]["start_line"])  # type: ignore[call-overload]
+                assert hits and hits[0]["start_line"] <= line <= hits[0]["end_line"]
