@@ -7,6 +7,7 @@ itself never crashes. API keys are only ever reported as "set" or "missing", nev
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import stat
@@ -238,6 +239,9 @@ def check_model(config: Config, *, load_model: bool = True) -> Check:
         document_prefix=emb.document_prefix or None,
         timeout=emb.timeout_seconds,
     )
+    quiet = logging.getLogger("memd.embed.process")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # the check's own line says what crashed
     try:
         vector = embedder.embed_query("ping")
     except ProviderUnavailable as exc:
@@ -249,6 +253,7 @@ def check_model(config: Config, *, load_model: bool = True) -> Check:
         )
         return Check(name, "fail", str(exc), fix)
     finally:
+        quiet.setLevel(level)
         embedder.close()
     got = int(vector.shape[-1])
     if got != dims:
