@@ -179,6 +179,18 @@ def test_a_hanging_worker_is_killed_at_the_deadline(tmp_path: Path, fault) -> No
         e.close()
 
 
+def test_requests_larger_than_a_pipe_buffer_go_through(tmp_path: Path) -> None:
+    """Requests are written without blocking, under the deadline; a big batch still arrives."""
+    e = embedder(tmp_path)
+    try:
+        texts = [f"note {i} " + "word " * 60 for i in range(300)]  # about 92 KB
+        vectors = e.embed_batch(texts)
+        assert vectors.shape == (300, 384)
+        assert np.allclose(vectors[0], e.embed_batch(texts[:1])[0], atol=1e-5)
+    finally:
+        e.close()
+
+
 def test_orderly_model_errors_keep_the_worker(tmp_path: Path) -> None:
     e = embedder(tmp_path)
     try:

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import msgpack
 
-__all__ = ["FAULT_ENV", "MAX_FRAME", "read_frame", "write_frame"]
+__all__ = ["FAULT_ENV", "MAX_FRAME", "pack_frame", "read_frame", "write_frame"]
 
 MAX_FRAME = 256 << 20
 _HEADER = struct.Struct(">I")
@@ -33,9 +33,13 @@ FAULT_ENV = "MEMD_TEST_WORKER_FAULT"
 """Test-only: make the worker crash or hang on purpose (see ``_Faults``). Never set in use."""
 
 
+def pack_frame(message: dict[str, Any]) -> bytes:
+    body: bytes = msgpack.packb(message, use_bin_type=True)
+    return _HEADER.pack(len(body)) + body
+
+
 def write_frame(out: IO[bytes], message: dict[str, Any]) -> None:
-    body = msgpack.packb(message, use_bin_type=True)
-    out.write(_HEADER.pack(len(body)) + body)
+    out.write(pack_frame(message))
     out.flush()
 
 

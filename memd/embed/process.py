@@ -38,7 +38,7 @@ import msgpack
 import numpy as np
 
 from memd.embed.base import Embedder, Kind, Vectors
-from memd.embed.host import MAX_FRAME, write_frame
+from memd.embed.host import MAX_FRAME, pack_frame
 from memd.embed.llama import LlamaEmbedder
 from memd_client.errors import ProviderUnavailable
 
@@ -294,7 +294,9 @@ class ProcessEmbedder(Embedder):
             close_fds=True,
         )
         assert self._proc.stdout is not None
+        assert self._proc.stdin is not None
         os.set_blocking(self._proc.stdout.fileno(), False)
+        os.set_blocking(self._proc.stdin.fileno(), False)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._proc.stdout, selectors.EVENT_READ)
         load = {
@@ -317,11 +319,8 @@ class ProcessEmbedder(Embedder):
     def _exchange(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         proc = self._proc
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
-        try:
-            write_frame(proc.stdin, message)
-        except (BrokenPipeError, ConnectionResetError):
-            raise WorkerDied(self._reap()) from None
         deadline = time.monotonic() + timeout
+        self._write(proc.stdin, pack_frame(message), deadline, timeout)
         header = self._read(proc.stdout, _HEADER.size, deadline, timeout)
         (size,) = _HEADER.unpack(header)
         if size > MAX_FRAME:
@@ -332,6 +331,26 @@ class ProcessEmbedder(Embedder):
             self._kill()
             raise WorkerDied("a malformed reply")
         return reply
+
+    def _write(self, stream: IO[bytes], data: bytes, deadline: float, timeout: float) -> None:
+        """Send a request under the deadline: a worker hung in native code stops reading, and a
+        request larger than the pipe's buffer would otherwise block the daemon for good."""
+        view = memoryview(data)
+        with selectors.DefaultSelector() as writable:
+            writable.register(stream, selectors.EVENT_WRITE)
+            while view:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not writable.select(remaining):
+                    if time.monotonic() < deadline:
+                        continue
+                    self._kill()
+                    raise WorkerDied(f"no answer within {timeout:g} s")
+                try:
+                    view = view[os.write(stream.fileno(), view) :]
+                except BlockingIOError:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    raise WorkerDied(self._reap()) from None
 
     def _read(self, stream: IO[bytes], size: int, deadline: float, timeout: float) -> bytes:
         assert self._selector is not None
