@@ -248,14 +248,6 @@ class ProcessEmbedder(Embedder):
             "error": self.failed,
         }
 
-    def summary(self) -> str:
-        """One line for humans: the model, and the load mode when it is not the default."""
-        text = f"local {self.path.name}"
-        if self._mode:
-            why = f", after {self.mode_reason}" if self.mode_reason else ""
-            text += f" ({self.mode.label}{why})"
-        return text
-
     # -- supervision ------------------------------------------------------------------------------
 
     def _request(self, message: dict[str, Any], timeout: float) -> Any:
