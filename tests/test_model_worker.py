@@ -58,7 +58,7 @@ def test_reference_vectors_come_from_another_process(tmp_path: Path) -> None:
     e = embedder(tmp_path)
     try:
         vectors = e.embed_batch([v["text"] for v in ref["vectors"]])
-        worker = e.worker_status()
+        worker = e.health()
         assert worker["state"] == "running" and worker["pid"] not in (None, os.getpid())
         assert e.count_tokens("hello world") == 4  # [CLS] hello world [SEP], from the worker
     finally:
@@ -66,7 +66,7 @@ def test_reference_vectors_come_from_another_process(tmp_path: Path) -> None:
     assert vectors.shape == (5, 384)
     for row, expected in zip(vectors, ref["vectors"]):
         assert cosine(row, expected["embedding"]) >= 0.99, expected["text"]
-    assert e.worker_status()["state"] == "stopped"
+    assert e.health()["state"] == "stopped"
 
 
 @needs_e5
@@ -90,7 +90,7 @@ def test_crash_at_load_falls_back_to_safe_mode_and_is_remembered(tmp_path: Path,
     e = embedder(tmp_path)
     try:
         e.probe()
-        status = e.worker_status()
+        status = e.health()
         assert (status["mode"], status["reason"], status["restarts"]) == ("safe", "SIGSEGV", 1)
         assert status["settings"] == "safe mode: extra buffer types off"
     finally:
@@ -101,7 +101,7 @@ def test_crash_at_load_falls_back_to_safe_mode_and_is_remembered(tmp_path: Path,
     again = embedder(tmp_path)
     try:
         again.probe()
-        assert again.worker_status()["restarts"] == 0 and again.mode.name == "safe"
+        assert again.health()["restarts"] == 0 and again.mode.name == "safe"
     finally:
         again.close()
     assert e.settings_key == again.settings_key, "a fallback must not change the index identity"
@@ -128,7 +128,7 @@ def test_crash_in_every_mode_fails_the_provider_and_the_chain_moves_on(
     e = embedder(tmp_path)
     with pytest.raises(ProviderUnavailable, match="crashed in every load mode"):
         e.probe()
-    assert e.worker_status()["state"] == "failed"
+    assert e.health()["state"] == "failed"
     with pytest.raises(ProviderUnavailable, match="crashed in every load mode"):
         e.embed_batch(["again"])  # no fourth start
     assert e.restarts == 3
@@ -148,18 +148,18 @@ def test_crash_on_a_later_batch_restarts_with_backoff(tmp_path: Path, fault) -> 
     e = embedder(tmp_path)
     try:
         e.embed_batch(["one"])
-        first_pid, mode = e.worker_status()["pid"], e.mode  # safe already on an AMX CPU
+        first_pid, mode = e.health()["pid"], e.mode  # safe already on an AMX CPU
         e.embed_batch(["two"])
         with pytest.raises(ProviderUnavailable, match=r"died \(SIGSEGV\)"):
             e.embed_batch(["three"])
-        status = e.worker_status()
+        status = e.health()
         assert status["state"] == "restarting" and status["last_exit"] == "SIGSEGV"
         assert e.mode == mode, "a crash after success is not a settings problem"
         with pytest.raises(ProviderUnavailable, match="restarting in"):
             e.embed_batch(["too soon"])
         time.sleep(1.1)
         assert e.embed_batch(["after the backoff"]).shape == (1, 384)
-        assert e.worker_status()["pid"] not in (None, first_pid)
+        assert e.health()["pid"] not in (None, first_pid)
     finally:
         e.close()
 
@@ -169,12 +169,12 @@ def test_a_hanging_worker_is_killed_at_the_deadline(tmp_path: Path, fault) -> No
     e = embedder(tmp_path, timeout=1.0, per_text=0.0)
     try:
         e.embed_batch(["fine"])
-        pid = e.worker_status()["pid"]
+        pid = e.health()["pid"]
         with pytest.raises(ProviderUnavailable, match="no answer within 1 s"):
             e.embed_batch(["stuck"])
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # killed and reaped
-        assert e.worker_status()["last_exit"] == "no answer within 1 s"
+        assert e.health()["last_exit"] == "no answer within 1 s"
     finally:
         e.close()
 
@@ -195,10 +195,10 @@ def test_orderly_model_errors_keep_the_worker(tmp_path: Path) -> None:
     e = embedder(tmp_path)
     try:
         e.probe()
-        pid, restarts = e.worker_status()["pid"], e.restarts  # 1 on an AMX CPU
+        pid, restarts = e.health()["pid"], e.restarts  # 1 on an AMX CPU
         with pytest.raises(ProviderUnavailable, match="exceed"):
             e.embed_batch([" ".join(f"x{i}y" for i in range(3000))])
-        assert e.worker_status()["pid"] == pid and e.restarts == restarts
+        assert e.health()["pid"] == pid and e.restarts == restarts
     finally:
         e.close()
 
@@ -229,7 +229,7 @@ def test_the_worker_dies_with_the_daemon(tmp_path: Path) -> None:
         "from memd.embed.process import ProcessEmbedder\n"
         f"e = ProcessEmbedder({MODEL!r}, threads=1)\n"
         "e.probe()\n"
-        "print(e.worker_status()['pid'], flush=True)\n"
+        "print(e.health()['pid'], flush=True)\n"
         "time.sleep(60)\n"
     )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

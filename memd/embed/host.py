@@ -24,10 +24,11 @@ from typing import IO, Any
 
 import msgpack
 
-__all__ = ["FAULT_ENV", "MAX_FRAME", "pack_frame", "read_frame", "write_frame"]
+__all__ = ["FAULT_ENV", "HEADER", "MAX_FRAME", "pack_frame", "read_frame", "write_frame"]
 
 MAX_FRAME = 256 << 20
-_HEADER = struct.Struct(">I")
+HEADER = struct.Struct(">I")
+"""Each frame: this 4-byte big-endian length, then that many bytes of msgpack."""
 
 FAULT_ENV = "MEMD_TEST_WORKER_FAULT"
 """Test-only: make the worker crash or hang on purpose (see ``_Faults``). Never set in use."""
@@ -35,7 +36,7 @@ FAULT_ENV = "MEMD_TEST_WORKER_FAULT"
 
 def pack_frame(message: dict[str, Any]) -> bytes:
     body: bytes = msgpack.packb(message, use_bin_type=True)
-    return _HEADER.pack(len(body)) + body
+    return HEADER.pack(len(body)) + body
 
 
 def write_frame(out: IO[bytes], message: dict[str, Any]) -> None:
@@ -45,12 +46,12 @@ def write_frame(out: IO[bytes], message: dict[str, Any]) -> None:
 
 def read_frame(inp: IO[bytes]) -> dict[str, Any] | None:
     """The next frame from a blocking stream; None at a clean end of file."""
-    header = inp.read(_HEADER.size)
+    header = inp.read(HEADER.size)
     if not header:
         return None
-    if len(header) < _HEADER.size:
+    if len(header) < HEADER.size:
         raise EOFError("the stream ended inside a frame header")
-    (size,) = _HEADER.unpack(header)
+    (size,) = HEADER.unpack(header)
     if size > MAX_FRAME:
         raise ValueError(f"frame of {size} bytes is over the limit")
     body = inp.read(size)

@@ -24,7 +24,6 @@ import os
 import platform
 import selectors
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -38,15 +37,14 @@ import msgpack
 import numpy as np
 
 from memd.embed.base import Embedder, Kind, Vectors
-from memd.embed.host import MAX_FRAME, pack_frame
+from memd.embed.host import HEADER, MAX_FRAME, pack_frame
 from memd.embed.llama import LlamaEmbedder
+from memd.fileio import write_atomic
 from memd_client.errors import ProviderUnavailable
 
 __all__ = ["MODES", "LoadMode", "ModeMemory", "ProcessEmbedder", "cpu_signature"]
 
 logger = logging.getLogger(__name__)
-
-_HEADER = struct.Struct(">I")
 
 
 @dataclass(frozen=True)
@@ -108,14 +106,7 @@ class ModeMemory:
         with self._lock:
             data = self._read()
             data[key] = {"mode": mode, "reason": reason, "at": int(time.time())}
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
 
     def _read(self) -> dict[str, Any]:
         try:
@@ -163,7 +154,6 @@ class ProcessEmbedder(Embedder):
             model_path, threads=threads, query_prefix=query_prefix, document_prefix=document_prefix
         )
         self.path = spec.path
-        self.meta = spec.meta
         self.model = spec.model
         self.dims = spec.dims
         self.max_tokens = spec.max_tokens
@@ -192,7 +182,8 @@ class ProcessEmbedder(Embedder):
         self.restarts = 0
         self.last_exit: str | None = None
         self.failed: str | None = None
-        self.crashes: list[str] = []  # "default: SIGILL", one per death, for doctor and errors
+        # One per death, "default settings: SIGILL", for doctor and the final error.
+        self.crashes: list[str] = []
 
     # -- Embedder ---------------------------------------------------------------------------------
 
@@ -229,10 +220,8 @@ class ProcessEmbedder(Embedder):
     def mode(self) -> LoadMode:
         return MODES[min(self._mode, len(MODES) - 1)]
 
-    def health(self) -> dict[str, object] | None:
-        return self.worker_status()
-
-    def worker_status(self) -> dict[str, Any]:
+    def health(self) -> dict[str, Any]:
+        """The worker as status shows it: state, pid, restarts, last exit, load mode and why."""
         proc = self._proc
         state = "failed" if self.failed else "running" if proc is not None else "stopped"
         if state == "stopped" and self._retry_at > time.monotonic():
@@ -313,8 +302,8 @@ class ProcessEmbedder(Embedder):
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
         deadline = time.monotonic() + timeout
         self._write(proc.stdin, pack_frame(message), deadline, timeout)
-        header = self._read(proc.stdout, _HEADER.size, deadline, timeout)
-        (size,) = _HEADER.unpack(header)
+        header = self._read(proc.stdout, HEADER.size, deadline, timeout)
+        (size,) = HEADER.unpack(header)
         if size > MAX_FRAME:
             self._kill()
             raise WorkerDied("a malformed reply")
