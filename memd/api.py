@@ -33,6 +33,7 @@ from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.registry import save_registry
 from memd.scopes import Caller, allowed_sources, is_longterm
 from memd.service import MemoryService, Workspace
+from memd.text import first_control
 from memd_client.errors import BadRequest, IndexError_, PathRefused, Timeout
 from memd_client.protocol import PROTOCOL_VERSION
 
@@ -317,6 +318,12 @@ class Api:
         ws = self._ws(params)
         text = str_param(params, "text")
         assert text is not None
+        bad = first_control(text.replace("\r\n", "\n"), allowed="\t\n")
+        if bad is not None:
+            raise BadRequest(
+                f"text holds the control character U+{ord(bad):04X}; only tab and newline are "
+                "allowed (escape sequences in memory would reach every terminal that shows it)"
+            )
         key = params.get("idempotency_key")
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 128):
             raise BadRequest("idempotency_key must be a string of 1 to 128 characters")
@@ -359,12 +366,6 @@ class Api:
         return result
 
     def _append(self, ws: Workspace, text: str) -> dict[str, Any]:
-        bad = next((c for c in text.replace("\r\n", "\n") if _is_control(c)), None)
-        if bad is not None:
-            raise BadRequest(
-                f"text holds the control character U+{ord(bad):04X}; only tab and newline are "
-                "allowed (escape sequences in memory would reach every terminal that shows it)"
-            )
         try:
             appended = self.indexer.append(ws, text).result(timeout=APPEND_WAIT_SECONDS)
         except FutureTimeout:
@@ -569,11 +570,6 @@ def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
     elif watcher_state == "failed":
         problems.append("the file watcher failed: edits are found only by the periodic reconcile")
     return problems
-
-
-def _is_control(ch: str) -> bool:
-    code = ord(ch)
-    return (code < 0x20 and ch not in "\t\n") or 0x7F <= code <= 0x9F
 
 
 def _indexed_as_on_disk(store: Any, root: Path, rel: str) -> bool:

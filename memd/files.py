@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from memd.lines import read_window
+from memd.text import first_control
 from memd.workspace import resolve_extra_paths
 from memd_client.errors import BadRequest, PathRefused
 
@@ -97,12 +98,10 @@ def _check_text(path: object) -> str:
     text = path.strip()
     if not text:
         raise _refuse("empty path")
-    for ch in text:
-        code = ord(ch)
-        if code < 0x20 or 0x7F <= code <= 0x9F:
-            raise _refuse("contains a control character")
-        if 0xD800 <= code <= 0xDFFF:
-            raise _refuse("contains an invalid (surrogate) character")
+    if first_control(text) is not None:
+        raise _refuse("contains a control character")
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in text):
+        raise _refuse("contains an invalid (surrogate) character")
     if "\\" in text:
         raise _refuse("backslashes are not allowed (use '/')")
     if text.startswith("~"):

@@ -28,6 +28,7 @@ from memd.index.sync import Progress, Syncer, SyncReport
 from memd.redact import redact
 from memd.search import SearchOptions, SearchOutcome, search
 from memd.sessions import is_transcript_name, read_jsonl_lines
+from memd.text import first_control
 from memd.workspace import discover
 from memd_client.errors import BadRequest, PathRefused, ProviderUnavailable, UnknownWorkspace
 
@@ -61,7 +62,7 @@ def check_name(name: str) -> str:
         raise BadRequest(
             f"workspace name {name!r}: at most {MAX_NAME_CHARS} characters, no outer spaces"
         )
-    if name in (".", "..") or "/" in name or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    if name in (".", "..") or "/" in name or first_control(name) is not None:
         raise BadRequest(f"workspace name {name!r} may not be '.', '..' or hold '/' or controls")
     return name
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator
 __all__ = [
     "CHARS_PER_TOKEN",
     "estimate_tokens",
+    "first_control",
     "fts_body",
     "fts_unigrams",
     "is_cjk",
@@ -46,6 +47,15 @@ _CJK_RUN = re.compile(f"[{_CJK}]+")
 # A word: letters, digits and underscore (what FTS5's unicode61 keeps together), minus CJK.
 _WORD = re.compile(f"(?:(?![{_CJK}])\\w)+")
 _TOKEN = re.compile(f"[{_CJK}]+|(?:(?![{_CJK}])\\w)+")
+
+
+def first_control(text: str, allowed: str = "") -> str | None:
+    """The first control character of ``text`` (C0, DEL or C1) not in ``allowed``, or None."""
+    for ch in text:
+        code = ord(ch)
+        if (code < 0x20 or 0x7F <= code <= 0x9F) and ch not in allowed:
+            return ch
+    return None
 
 
 def weighted_len(text: str) -> int:
