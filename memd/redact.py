@@ -6,6 +6,7 @@ Every replacement keeps line structure (no newline is ever added or removed) and
 from __future__ import annotations
 
 import binascii
+import hashlib
 import math
 import re
 import threading
@@ -339,9 +340,10 @@ _RULES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None], tuple
 # second indented; PEM blocks are handled on the whole text first), so the text is redacted in
 # such blocks, each remembered: an append redacts only what it added.
 _BLOCK = re.compile(r"[^\n]*\n?(?:[ \t]+[^\n]*\n?)*")
-_MEMO: OrderedDict[str, tuple[str, int]] = OrderedDict()
-_MEMO_CHARS = 0
-_MEMO_MAX_CHARS = 32 << 20
+# Remembered by a 16-byte digest; the redacted text is kept only for the few blocks that held a
+# secret (None: the block comes back unchanged), so 50,000 blocks cost a few MB, not the text.
+_MEMO: OrderedDict[bytes, tuple[str, int] | None] = OrderedDict()
+_MEMO_BLOCKS = 50_000
 _MEMO_LOCK = threading.Lock()
 
 
@@ -358,28 +360,30 @@ def _redact_block(block: str) -> tuple[str, int]:
 
 
 def _redact_blocks(text: str) -> tuple[str, int]:
-    global _MEMO_CHARS
     out: list[str] = []
     total = 0
     for m in _BLOCK.finditer(text):
         block = m.group(0)
         if not block:
             continue
+        key = hashlib.blake2b(block.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         with _MEMO_LOCK:
-            hit = _MEMO.get(block)
-            if hit is not None:
-                _MEMO.move_to_end(block)
-        if hit is None:
-            hit = _redact_block(block)
+            known = key in _MEMO
+            hit = _MEMO.get(key)
+            if known:
+                _MEMO.move_to_end(key)
+        if not known:
+            done = _redact_block(block)
+            hit = done if done[1] else None
             with _MEMO_LOCK:
-                if block not in _MEMO:
-                    _MEMO[block] = hit
-                    _MEMO_CHARS += len(block)
-                while _MEMO_CHARS > _MEMO_MAX_CHARS and _MEMO:
-                    old, _ = _MEMO.popitem(last=False)
-                    _MEMO_CHARS -= len(old)
-        out.append(hit[0])
-        total += hit[1]
+                _MEMO[key] = hit
+                while len(_MEMO) > _MEMO_BLOCKS:
+                    _MEMO.popitem(last=False)
+        if hit is None:
+            out.append(block)
+        else:
+            out.append(hit[0])
+            total += hit[1]
     return "".join(out), total
 
 
