@@ -1,7 +1,8 @@
 """Embedding throughput: raw llama-cpp-python against memd's whole indexing path.
 
-Both embed the same chunks of the LoCoMo workspaces with the same model and thread count. The
-raw figure is Llama.embed over the chunk texts in batches; memd's is a full first index of the
+Both embed the same texts of the LoCoMo workspaces (each chunk and the lines that get vectors
+of their own) with the same model and thread count. The raw figure is Llama.embed over those
+texts in batches; memd's is a full first index of the
 workspaces (discovery, chunking with exact token counts, embedding through the worker, SQLite
 writes) from an empty state, so no vector comes from the cache.
 
@@ -22,7 +23,7 @@ from memd.embed.llama import LlamaEmbedder
 from memd.embed.process import ProcessEmbedder
 from memd.embed.worker import WorkerEmbedder
 from memd.index.cache import EmbeddingCache
-from memd.index.chunk import chunk_text
+from memd.index.chunk import chunk_text, vector_lines
 from memd.index.index import Index
 from memd.index.sync import Syncer
 from memd.workspace import discover
@@ -41,16 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     workspaces = sorted(p for p in Path(args.data).iterdir() if p.is_dir())
 
-    # The chunks memd will embed, cut exactly as memd cuts them.
+    # The texts memd will embed: chunks cut exactly as memd cuts them, and their lines.
     probe = ProcessEmbedder(args.model, threads=args.threads)
     texts: list[str] = []
+    chunk_count = 0
     for ws in workspaces:
         for f in discover(ws).files:
             content = f.abs.read_text(encoding="utf-8")
             chunks = chunk_text(
                 content, 400, 80, count_tokens=probe.count_tokens, max_tokens=probe.max_tokens
             )
-            texts.extend(c.text for c in chunks)
+            chunk_count += len(chunks)
+            for c in chunks:
+                texts.append(c.text)
+                texts.extend(line for line, _ in vector_lines(c.text))
     texts = list(dict.fromkeys(texts))  # memd embeds each distinct text once
     tokens = sum(probe.count_tokens(t) for t in texts)
     mode = probe.mode
@@ -90,13 +95,15 @@ def main(argv: list[str] | None = None) -> int:
         "model": Path(args.model).name,
         "threads": args.threads,
         "load_mode": mode.label,
-        "chunks": len(texts),
+        "chunks": chunk_count,
+        "texts": len(texts),
         "tokens": tokens,
         "raw_seconds": round(raw_s, 2),
-        "raw_chunks_per_s": round(len(texts) / raw_s, 2),
+        "raw_texts_per_s": round(len(texts) / raw_s, 2),
         "memd_seconds": round(memd_s, 2),
-        "memd_chunks_embedded": embedded,
-        "memd_chunks_per_s": round(embedded / memd_s, 2),
+        "memd_texts_embedded": embedded,
+        "memd_texts_per_s": round(embedded / memd_s, 2),
+        "memd_chunks_per_s": round(chunk_count / memd_s, 2),
         "ratio": round((embedded / memd_s) / (len(texts) / raw_s), 3),
     }
     print(json.dumps(result, indent=2))

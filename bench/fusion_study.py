@@ -229,6 +229,20 @@ def rule_kw_line(w: float) -> Rule:
     return rule
 
 
+def rule_kw_chunk_pair(a: float, b: float) -> Rule:
+    """memd's rule: (1 - a - b) × keyword over the best + a × chunk cosine + b × best line or
+    pair cosine, both min-max over the candidates (a = 0.1, b = 0.2 in memd.search)."""
+
+    def rule(cands: list[Cand]) -> list[float]:
+        kw = norm([c.kw for c in cands])
+        vec = minmax([c.vec for c in cands], [c.vec > 0 for c in cands])
+        pair = [max(c.pair, c.vec) for c in cands]
+        line = minmax(pair, [p > 0 for p in pair])
+        return [(1 - a - b) * k + a * v + b * p for k, v, p in zip(kw, vec, line)]
+
+    return rule
+
+
 def rule_kw_line_rrf(k: float, w: float) -> Rule:
     def rule(cands: list[Cand]) -> list[float]:
         order = sorted(range(len(cands)), key=lambda i: -cands[i].line)
@@ -303,14 +317,16 @@ def main(argv: list[str] | None = None) -> int:
         for k in (10, 30, 60):
             for w in (0.4, 0.5, 0.6):
                 rules[f"kw+line rrf k={k} w={w}"] = rule_kw_line_rrf(k, w)
+        for a, b in ((0.0, 0.2), (0.1, 0.1), (0.1, 0.2), (0.1, 0.3), (0.2, 0.2), (0.2, 0.3)):
+            rules[f"kw+chunk {a}+pair {b}"] = rule_kw_chunk_pair(a, b)
     table = {
         name: {s: evaluate(rule, qs, pool) for s, qs in split.items()}
         for name, rule in rules.items()
     }
-    print(f"{'rule':<18}" + "".join(f"{s + ' ' + m:>12}" for s in split for m in ("R@5", "MRR")))
+    print(f"{'rule':<24}" + "".join(f"{s + ' ' + m:>12}" for s in split for m in ("R@5", "MRR")))
     for name, by_split in table.items():
         cells = "".join(f"{by_split[s][m]:>12.3f}" for s in split for m in ("R@5", "MRR"))
-        print(f"{name:<18}{cells}")
+        print(f"{name:<24}{cells}")
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=1) + "\n")
     for index in indexes.values():

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any, Literal
 
+import numpy as np
+
 from memd.config import SearchConfig
-from memd.embed.base import Embedder
+from memd.embed.base import Embedder, Vectors
 from memd.index.index import Index
 from memd.index.store import ChunkRow, Store
 from memd.text import mmr_tokens, query_terms, tokens_among
@@ -181,7 +183,9 @@ def search(
             return SearchOutcome(hits, mode, provider, model, note)
         qvec = qvec_future.result()
         vector_rows = store.vector_candidates(qvec, options.sources, options.candidates)
-        hits = _merge(vector_rows, keyword_rows, boost_terms, options, hybrid=mode == "hybrid")
+        hits = _merge(
+            store, qvec, vector_rows, keyword_rows, boost_terms, options, hybrid=mode == "hybrid"
+        )
         hits = _finish(store, hits, options, now)
         return SearchOutcome(hits, mode, provider, model, note)
 
@@ -267,6 +271,8 @@ def _keyword_only(
 
 
 def _merge(
+    store: Store,
+    qvec: Vectors,
     vector_rows: Sequence[ChunkRow],
     keyword_rows: Sequence[ChunkRow],
     terms: Sequence[str],
@@ -274,51 +280,92 @@ def _merge(
     *,
     hybrid: bool,
 ) -> list[Hit]:
-    by_id: dict[int, Hit] = {}
-    for row in vector_rows:
-        by_id[row.id] = _hit(row, options, vector_score=max(0.0, min(1.0, row.score)))
+    """Score the union of the vector and keyword candidates.
+
+    The vector half of a chunk is a third its own cosine and two thirds its best line's (or
+    pair of adjacent lines'): one vector for 15-20 turns averages away the one a question is
+    about. In hybrid mode each signal is min-max scaled over the candidates (cosines of
+    different models live in different ranges) and the keyword half is the keyword-only score
+    over the query's best; ``text_weight`` and ``vector_weight`` weigh the halves. The rule and
+    its constants were chosen on part of the LoCoMo conversations and checked on the others
+    (bench/fusion_study.py, docs/benchmarks.md).
+    """
+    by_id = {row.id: _hit(row, options) for row in vector_rows}
+    keyword: dict[int, float] = {}
     if hybrid:
         found: dict[int, set[str]] = {}
-        keyword_hits = _keyword_hits(keyword_rows, terms, options, found)
-        relative = _relative_text_scores(keyword_rows, found, terms)
-        for hit in keyword_hits:
-            hit.text_score = relative[hit.chunk_id]
-            if hit.chunk_id in by_id:
-                existing = by_id[hit.chunk_id]
-                existing.text_score, existing.keyword, existing.exact = (
-                    hit.text_score,
-                    True,
-                    hit.exact,
-                )
-            else:
-                by_id[hit.chunk_id] = hit
-    vw, tw = options.vector_weight, options.text_weight if hybrid else 0.0
+        for hit, row in zip(_keyword_hits(keyword_rows, terms, options, found), keyword_rows):
+            mine = by_id.setdefault(row.id, hit)
+            mine.keyword, mine.exact, mine.text_score = True, hit.exact, hit.text_score
+            keyword[row.id] = _boost(hit, row.text, found[row.id], row.words, terms)
+    chunk, line = _cosines(store, qvec, list(by_id), {r.id: r.score for r in vector_rows})
+    if not hybrid:
+        for chunk_id, hit in by_id.items():
+            hit.vector_score = max(0.0, min(1.0, (chunk[chunk_id] + 2 * line[chunk_id]) / 3))
+            hit.score = hit.vector_score
+        return list(by_id.values())
+    chunk_scaled, line_scaled = _min_max(chunk), _min_max(line)
+    best = max(keyword.values(), default=0.0)
+    # When no candidate matched a keyword, that half says nothing: the vector half is all.
+    vw, tw = options.vector_weight, options.text_weight if best > 0 else 0.0
     if vw + tw == 0:
         vw, tw = 0.5, 0.5
-    for hit in by_id.values():
+    for chunk_id, hit in by_id.items():
+        hit.text_score = keyword.get(chunk_id, 0.0) / best if best > 0 else 0.0
+        hit.vector_score = (chunk_scaled[chunk_id] + 2 * line_scaled[chunk_id]) / 3
         hit.score = (vw * hit.vector_score + tw * hit.text_score) / (vw + tw)
     return list(by_id.values())
 
 
-def _relative_text_scores(
-    rows: Sequence[ChunkRow], found: dict[int, set[str]], terms: Sequence[str]
-) -> dict[int, float]:
-    """Keyword scores for the hybrid merge: BM25 relative to this query's best hit, blended
-    with the share of query terms the chunk holds.
+def _cosines(
+    store: Store, qvec: Vectors, ids: list[int], known: dict[int, float]
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Each candidate's cosine to the query, and the best of that and its lines' and adjacent
+    line pairs' cosines.
 
-    The reference maps each BM25 rank on its own to r/(1+r), which is near 1 for almost every
-    hit, so the keyword half of the merge barely ranks anything (on LoCoMo, hybrid then scored
-    below keyword-only search). Relative to the best hit, it ranks again; the term share keeps
-    an absolute anchor so a weak best hit does not get full marks.
+    A chunk without line vectors (one line, or no vector at all) counts its own cosine as its
+    best line's; a chunk without a vector counts 0 for both.
     """
-    best = max((max(0.0, -r.score) for r in rows), default=0.0)
-    query = list(dict.fromkeys(terms))
-    out = {}
-    for row in rows:
-        rel = max(0.0, -row.score) / best if best > 0 else 0.0
-        share = len(found[row.id]) / len(query) if query else 0.0
-        out[row.id] = (rel + 0.45 * share) / 1.45
-    return out
+    query = np.asarray(qvec, dtype=np.float32)
+    chunk = dict(known)
+    missing = [i for i in ids if i not in chunk]
+    chunk.update((i, float(v @ query)) for i, v in store.chunk_vectors(missing).items())
+    for i in ids:
+        chunk[i] = max(0.0, chunk.get(i, 0.0))
+    best = dict(chunk)
+    lines = {i: v for i, v in store.line_vectors(ids).items() if len(v)}
+    if not lines:
+        return chunk, best
+    # Every candidate's lines in one matrix: one product for the lines, one for the pairs.
+    lengths = [len(v) for v in lines.values()]
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    vectors = np.concatenate(list(lines.values())).astype(np.float32)
+    sims = vectors @ query
+    top = np.maximum.reduceat(sims, np.cumsum([0, *lengths[:-1]]))
+    # The cosine of the mean of two unit vectors a, b: (a·q + b·q) / |a + b|, where
+    # |a + b|² = |a|² + |b|² + 2 a·b.
+    norms = np.einsum("ij,ij->i", vectors, vectors)
+    dots = np.einsum("ij,ij->i", vectors[1:], vectors[:-1])
+    pair_sims = (sims[1:] + sims[:-1]) / np.sqrt(
+        np.maximum(norms[1:] + norms[:-1] + 2 * dots, 1e-12)
+    )
+    same = owner[1:] == owner[:-1]  # a pair never spans two chunks
+    pair_top = np.full(len(lengths), -1.0, dtype=np.float32)
+    np.maximum.at(pair_top, owner[1:][same], pair_sims[same])
+    for key, line, pair in zip(lines, top.tolist(), pair_top.tolist()):
+        best[key] = max(chunk[key], line, pair)
+    return chunk, best
+
+
+def _min_max(values: dict[int, float]) -> dict[int, float]:
+    """Scale to [0, 1] over the candidates (all 1 when they are equal, 0 stays 0)."""
+    present = [v for v in values.values() if v > 0]
+    if not present:
+        return dict.fromkeys(values, 0.0)
+    lo, hi = min(present), max(present)
+    return {
+        k: (0.0 if v <= 0 else (v - lo) / (hi - lo) if hi > lo else 1.0) for k, v in values.items()
+    }
 
 
 def _finish(store: Store, hits: list[Hit], options: SearchOptions, now: float | None) -> list[Hit]:

@@ -24,6 +24,7 @@ from memd.embed.worker import WorkerEmbedder
 from memd.files import GetResult, MemoryPath, locate, read_located
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
+from memd.index.store import DumpRow
 from memd.index.sync import Progress, Syncer, SyncReport
 from memd.redact import redact
 from memd.search import SearchOptions, SearchOutcome, search
@@ -432,7 +433,7 @@ class MemoryService:
             "checked_at": time.time(),
         }
 
-    def dump(self, ref: str) -> list[tuple[str, int, int, str, bool, bool, str]]:
+    def dump(self, ref: str) -> list[DumpRow]:
         """The logical content of a workspace index (the oracle of rebuild tests)."""
         ws = self.workspace(ref)
         with ws.index.reader() as store:

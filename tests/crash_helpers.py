@@ -28,6 +28,7 @@ from memd.config import Config
 from memd.dreams.recall_store import STORE_NAME, RecallStore
 from memd.embed.fake import FakeEmbedder
 from memd.index.index import Index
+from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 
 WS_NAME = "crash"
@@ -242,7 +243,7 @@ def wait_reconciled(daemon: Daemon, name: str = WS_NAME, timeout: float = 30) ->
 
 # -- oracle and checks ----------------------------------------------------------------------------
 
-Dump = list[tuple[str, int, int, str, bool, bool, str]]
+Dump = list[DumpRow]
 _ORACLE_CACHE: dict[str, Dump] = {}
 
 

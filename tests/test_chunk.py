@@ -17,6 +17,7 @@ from memd.index.chunk import (
     chunk_markdown,
     chunk_text,
     fit_to_model,
+    vector_lines,
 )
 from memd.text import estimate_tokens, weighted_len
 
@@ -439,3 +440,11 @@ def test_chunk_text_combines_both_steps() -> None:
     assert fitted == fit_to_model(plain, embedder.count_tokens, 60) != plain
     # A limit without a counter uses the estimate.
     assert chunk_text(content, 400, 80, max_tokens=60) == fitted
+
+
+def test_vector_lines_skip_headings_short_and_single_lines() -> None:
+    text = "# Title\n\nAlice: hello there\n  ok\nBob: hi Alice\n## Sub\n"
+    assert [line for line, _ in vector_lines(text)] == ["Alice: hello there", "Bob: hi Alice"]
+    assert vector_lines("# Title\nOnly one line here\n") == []
+    (_, h1), (_, h2) = vector_lines("same line\nsame line\n")
+    assert h1 == h2 == chunk_markdown("same line")[0].hash  # a line's key is its text's hash

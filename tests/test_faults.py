@@ -40,6 +40,7 @@ from memd.embed.base import Embedder
 from memd.embed.fake import FakeEmbedder
 from memd.embed.remote import create_remote
 from memd.index.index import Index
+from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 from memd.journal import today
 from memd_client.errors import (
@@ -53,7 +54,7 @@ from .crash_helpers import reconciled, write_promotion_workspace
 from .daemon_fixture import running_daemon
 from .provider_server import HANG, FakeProvider, Seen
 
-Dump = list[tuple[str, int, int, str, bool, bool, str]]
+Dump = list[DumpRow]
 WORDS = (
     "orion billing postgres deploy freeze retro cluster staging kafka backup restore vacuum "
     "index latency budget owner pager rotation schema migration rollback canary release "

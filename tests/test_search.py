@@ -33,8 +33,8 @@ def paths(outcome: object) -> list[str]:
 
 def test_defaults_are_the_reference_ones() -> None:
     assert (DEFAULTS.max_results, DEFAULTS.min_score, DEFAULTS.candidates) == (6, 0.35, 24)
-    # memd's one deliberate change of default: an even split (see docs/benchmarks.md)
-    assert (DEFAULTS.vector_weight, DEFAULTS.text_weight, DEFAULTS.snippet_chars) == (0.5, 0.5, 700)
+    # memd's one deliberate change of default: keyword 0.7, vector 0.3 (see docs/benchmarks.md)
+    assert (DEFAULTS.vector_weight, DEFAULTS.text_weight, DEFAULTS.snippet_chars) == (0.3, 0.7, 700)
     assert not DEFAULTS.decay and not DEFAULTS.mmr and DEFAULTS.mode == "hybrid"
 
 
@@ -118,7 +118,7 @@ def test_vector_and_hybrid_modes(
         assert outcome.results[0].vector_score > outcome.results[-1].vector_score
     hybrid = search(index, "green tea", opts(min_score=0.0), embedder=fake).results[0]
     assert hybrid.text_score > 0 and hybrid.vector_score > 0
-    assert hybrid.score == pytest.approx(0.5 * hybrid.vector_score + 0.5 * hybrid.text_score)
+    assert hybrid.score == pytest.approx(0.3 * hybrid.vector_score + 0.7 * hybrid.text_score)
     # the best keyword hit holding every query term gets the full keyword half
     assert hybrid.text_score == pytest.approx(1.0)
     weighted = search(
@@ -127,15 +127,38 @@ def test_vector_and_hybrid_modes(
     assert weighted.score == pytest.approx(0.7 * weighted.vector_score + 0.3 * weighted.text_score)
 
 
+def test_a_chunk_is_found_by_its_best_line(
+    syncer: Syncer, index: Index, write: WriteFile, fake: FakeEmbedder
+) -> None:
+    """One vector for many lines averages away the one a question is about; its line's own
+    vector still finds it."""
+    talk = [f"Bob: talk of topic{i} and subject{i} with note{i}" for i in range(15)]
+    talk.insert(7, "Alice: adopted puppy Biscuit")
+    write("memory/talk.md", "\n".join(talk) + "\n")
+    write("memory/other.md", "Carol: adopted a cat\nCarol: puppy school was full\n")
+    syncer.sync()
+    query = "adopted puppy Biscuit"
+    qvec = fake.embed_query(query)
+    with index.reader() as store:
+        by_chunk = [r.path for r in store.vector_candidates(qvec, None, 5)]
+    assert by_chunk == ["memory/other.md", "memory/talk.md"], "by its own vector it comes last"
+    outcome = search(index, query, opts(mode="vector", min_score=0.0), embedder=fake)
+    assert paths(outcome) == ["memory/talk.md", "memory/other.md"]
+    # In hybrid mode the line lifts its vector half to the top of the candidates.
+    hit = search(index, query, opts(min_score=0.0), embedder=fake).results[0]
+    assert hit.path == "memory/talk.md" and hit.vector_score == pytest.approx(2 / 3, abs=0.01)
+
+
 def test_hybrid_never_drops_an_exact_keyword_hit(
     syncer: Syncer, index: Index, write: WriteFile, fake: FakeEmbedder
 ) -> None:
     write("memory/ids.md", "Ticket ZX-4471 was closed by the on-call engineer.\n" + "filler\n" * 50)
-    for i in range(10):
-        write(f"memory/other-{i}.md", f"unrelated note number {i} about gardening\n")
+    for i in range(3):
+        write(f"memory/other-{i}.md", "ZX\n")  # nearer the query's vector than ids.md
     syncer.sync()
-    # The vector part of this hit is weak, so its merged score is below min_score ...
-    outcome = search(index, "ZX-4471", opts(min_score=0.9), embedder=fake)
+    # With the score all vector, this hit's is the weakest of the candidates: below min_score ...
+    weights = {"vector_weight": 1.0, "text_weight": 0.0}
+    outcome = search(index, "ZX-4471", opts(min_score=0.9, **weights), embedder=fake)
     assert outcome.mode == "hybrid"
     assert "memory/ids.md" in paths(outcome)
     hit = next(h for h in outcome.results if h.path == "memory/ids.md")

@@ -11,6 +11,7 @@ import pytest
 
 from memd.config import Config, SessionsConfig
 from memd.index.index import Index
+from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 
 
@@ -34,7 +35,7 @@ def setup(tmp_path: Path, config: Config, index: Index, workspace: Path) -> tupl
     return syncer, sessions / "s1.jsonl"
 
 
-def rows(syncer: Syncer) -> list[tuple[str, int, int, str, bool, bool, str]]:
+def rows(syncer: Syncer) -> list[DumpRow]:
     with syncer.index.reader() as store:
         return [r for r in store.dump() if r[0].startswith("sessions/")]
 

@@ -6,12 +6,14 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memd.config import Config, IndexConfig
 from memd.embed.fake import FakeEmbedder
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
+from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 
 from .conftest import WriteFile
@@ -19,7 +21,7 @@ from .conftest import WriteFile
 NOTE = "# Notes\n\nThe deploy key lives in the vault.\nAlice prefers green tea.\n"
 
 
-def dump(index: Index) -> list[tuple[str, int, int, str, bool, bool, str]]:
+def dump(index: Index) -> list[DumpRow]:
     with index.reader() as store:
         return store.dump()
 
@@ -144,6 +146,64 @@ def test_rename_does_not_embed_again(
     assert report.cache_hits > 0
     assert {row[0] for row in dump(index)} == {"memory/b.md"}
     assert all(row[5] for row in dump(index)), "every chunk has its vector"
+
+
+TALK = "# Talk\n\nAlice: I adopted a puppy.\nBob: What is its name?\nok\n\nAlice: Biscuit.\n"
+TALK_LINES = ["Alice: I adopted a puppy.", "Bob: What is its name?", "Alice: Biscuit."]
+
+
+def line_vectors(index: Index, path: str) -> np.ndarray | None:
+    with index.reader() as store:
+        (chunk_id,) = [
+            int(r[0]) for r in store.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))
+        ]
+        return store.line_vectors([chunk_id]).get(chunk_id)
+
+
+@pytest.mark.parametrize("first_try_fails", [False, True])
+def test_lines_get_vectors_of_their_own(
+    syncer: Syncer, index: Index, write: WriteFile, fake: FakeEmbedder, first_try_fails: bool
+) -> None:
+    """Each line of four or more characters that is not a heading gets a vector, stored with
+    the chunk's own, whether the chunk is embedded at once or later (after an outage)."""
+    write("memory/talk.md", TALK)
+    write("MEMORY.md", "One line only.\n")
+    fake.fail = first_try_fails
+    syncer.sync()
+    if first_try_fails:
+        assert line_vectors(index, "memory/talk.md") is None
+        assert index.writer().integrity() == []
+        fake.fail = False
+        syncer.reset_backoff()
+        syncer.sync()
+    assert {row[0]: row[7] for row in dump(index)} == {"memory/talk.md": 3, "MEMORY.md": 0}
+    stored = line_vectors(index, "memory/talk.md")
+    assert stored is not None
+    # float16 in the index: equal to the embedder's own vectors to about 1e-3
+    np.testing.assert_allclose(stored.astype(np.float32), fake.embed_batch(TALK_LINES), atol=2e-3)
+    write("memory/talk.md", "Alice: no more puppies.\nBob: fine.\n")
+    syncer.sync()
+    assert {row[0]: row[7] for row in dump(index)} == {"memory/talk.md": 2, "MEMORY.md": 0}
+    assert index.writer().integrity() == [], "the old chunk's line vectors went with it"
+
+
+def test_an_index_from_before_line_vectors_is_rebuilt(
+    syncer: Syncer, index: Index, write: WriteFile
+) -> None:
+    """An index whose identity predates line vectors has none: it is rebuilt with them."""
+    write("memory/talk.md", TALK)
+    syncer.sync()
+    store = index.writer()
+    with store.conn:
+        identity = store.identity()
+        assert identity is not None
+        del identity["lines"]
+        store.set_identity(identity)
+        store.conn.execute("DELETE FROM chunk_lines")
+    assert syncer.state() == ("mismatched", "lines")
+    report = syncer.sync()
+    assert report.rebuilt and syncer.state() == ("valid", None)
+    assert [row[7] for row in dump(index)] == [3]
 
 
 def test_incremental_result_equals_fresh_rebuild(
@@ -358,6 +418,7 @@ from pathlib import Path
 from memd.config import IndexConfig
 from memd.embed.fake import FakeEmbedder
 from memd.index.index import Index
+from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 
 class Slow(FakeEmbedder):

@@ -10,10 +10,21 @@ from dataclasses import dataclass
 
 from memd.text import CHARS_PER_TOKEN, estimate_tokens, weighted_len
 
-__all__ = ["CHUNKER_VERSION", "Chunk", "chunk_markdown", "chunk_text", "fit_to_model"]
+__all__ = [
+    "CHUNKER_VERSION",
+    "LINES_VERSION",
+    "Chunk",
+    "chunk_markdown",
+    "chunk_text",
+    "fit_to_model",
+    "vector_lines",
+]
 
 # Goes into the index identity: bump whenever the chunks produced for some input change.
 CHUNKER_VERSION = 1
+
+# Goes into the index identity too: bump whenever the lines chosen by vector_lines change.
+LINES_VERSION = 1
 
 TokenCounter = Callable[[str], int]
 
@@ -202,3 +213,21 @@ def chunk_text(
     if max_tokens is None:
         return chunks
     return fit_to_model(chunks, count_tokens or estimate_tokens, max_tokens)
+
+
+def vector_lines(text: str) -> list[tuple[str, str]]:
+    """The lines of a chunk that get a vector of their own, as (text, hash), in order.
+
+    A chunk of 15-20 conversation turns has one vector that averages them all, while a question
+    is about one of them; search scores a chunk by its best line (or pair of adjacent lines) as
+    well (docs/benchmarks.md). Every line of four or more characters that is not a heading
+    qualifies. A chunk with fewer than two such lines gets none: its own vector is that line.
+    """
+    lines = [
+        line
+        for line in _split_lines(text)
+        if len(line.strip()) > 3 and not line.lstrip().startswith("#")
+    ]
+    if len(lines) < 2:
+        return []
+    return [(line, _sha256(line)) for line in lines]

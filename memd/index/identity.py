@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from memd.index.chunk import CHUNKER_VERSION
+from memd.index.chunk import CHUNKER_VERSION, LINES_VERSION
 from memd.index.schema import FTS_TOKENIZER
 from memd.index.store import VectorStore
 
@@ -18,6 +18,7 @@ KEYWORD_ONLY_MODEL = "fts-only"
 _ORDER = (
     "schema",
     "chunker",
+    "lines",
     "fts",
     "provider",
     "model",
@@ -46,6 +47,8 @@ class Identity:
     # Whether secrets were redacted from the indexed text (a change means other chunk text).
     redact: bool = True
     chunker: int = CHUNKER_VERSION
+    # Which lines of a chunk get vectors of their own (0: an index from before line vectors).
+    lines: int = LINES_VERSION
     fts: str = FTS_TOKENIZER
     schema: int = SCHEMA_VERSION
 
@@ -60,6 +63,7 @@ class Identity:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Identity | None:
         names = {f.name for f in fields(cls)}
+        data = {"lines": 0, **data}
         if not names <= set(data):
             return None
         return cls(**{k: data[k] for k in names})

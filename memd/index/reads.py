@@ -196,6 +196,32 @@ class SearchReads:
                     return picked
         return picked
 
+    def chunk_vectors(self, ids: Sequence[int]) -> dict[int, Vectors]:
+        """The stored vectors of the chunks ``ids`` that have one."""
+        if not ids or self.vector_store == "none":
+            return {}
+        table, key = (
+            ("chunks_vec", "rowid") if self.vector_store == "vec0" else ("chunks_vec_plain", "id")
+        )
+        rows = self.conn.execute(
+            f"SELECT {key}, embedding FROM {table} WHERE {key} IN ({','.join('?' * len(ids))})",
+            list(ids),
+        )
+        return {int(r[0]): np.frombuffer(bytes(r[1]), dtype=np.float32) for r in rows}
+
+    def line_vectors(self, ids: Sequence[int]) -> dict[int, np.ndarray[Any, np.dtype[np.float16]]]:
+        """The line vectors (n, dims) of the chunks ``ids`` that have them, as stored (float16)."""
+        if not ids:
+            return {}
+        rows = self.conn.execute(
+            f"SELECT id, vectors FROM chunk_lines WHERE id IN ({','.join('?' * len(ids))})",
+            list(ids),
+        )
+        return {
+            int(r[0]): np.frombuffer(bytes(r[1]), dtype=np.float16).reshape(-1, self.dims)
+            for r in rows
+        }
+
     def plain_vectors(self) -> tuple[list[int], Vectors]:
         """Every stored vector of a numpy-scanned index, as (ids, matrix)."""
         ids: list[int] = []

@@ -97,12 +97,19 @@ def m005_chunk_word_counts(conn: apsw.Connection) -> None:
         last = rows[-1][0]
 
 
+def m006_line_vectors(conn: apsw.Connection) -> None:
+    # The vectors of a chunk's lines (memd.index.chunk.vector_lines), float16, one row per chunk
+    # that has them, sharing the chunk's id; written and deleted with the chunk's own vector.
+    conn.execute("CREATE TABLE chunk_lines (id INTEGER PRIMARY KEY, vectors BLOB NOT NULL)")
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     m001_create_tables,
     m002_create_fts,
     m003_index_pending_files,
     m004_create_fts_vocab,
     m005_chunk_word_counts,
+    m006_line_vectors,
 ]
 
 

@@ -15,10 +15,14 @@ from memd.index.db import atomic
 from memd.index.reads import ChunkRow, SearchReads, VectorStore
 from memd.text import fts_body, fts_unigrams, mmr_tokens, word_tokens
 
-__all__ = ["ChunkRow", "FileRow", "NewChunk", "Store", "VectorStore"]
+__all__ = ["ChunkRow", "DumpRow", "FileRow", "NewChunk", "Store", "VectorStore"]
 
 
 IDENTITY_KEY = "identity"
+
+# One chunk of Store.dump: (path, start, end, chunk hash, FTS row?, vector row?, model,
+# line vectors).
+DumpRow = tuple[str, int, int, str, bool, bool, str, int]
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class NewChunk:
     text: str
     hash: str
     vector: Vectors | None
+    # The vectors of its vector_lines, (n, dims); None when it has none. A chunk is embedded
+    # only with both: ``vector`` is None until every line vector is there too.
+    lines: Vectors | None = None
 
 
 def _now_ms() -> int:
@@ -107,10 +114,20 @@ class Store(SearchReads):
     def _vector_table(self) -> str | None:
         return {"vec0": "chunks_vec", "plain": "chunks_vec_plain"}.get(self.vector_store)
 
-    def _insert_vector(self, chunk_id: int, vector: Vectors) -> None:
+    def _insert_vector(self, chunk_id: int, vector: Vectors, lines: Vectors | None) -> None:
         blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
         if len(blob) != 4 * self.dims:
             raise ValueError(f"vector has {len(blob) // 4} dims, the index has {self.dims}")
+        if lines is not None and len(lines):
+            if lines.ndim != 2 or lines.shape[1] != self.dims:
+                raise ValueError(
+                    f"line vectors have shape {lines.shape}, the index has {self.dims}"
+                )
+            # float16: half the size, and cosines agree with float32 to about 1e-3.
+            self.conn.execute(
+                "INSERT INTO chunk_lines (id, vectors) VALUES (?, ?)",
+                (chunk_id, np.ascontiguousarray(lines, dtype=np.float16).tobytes()),
+            )
         table = self._vector_table()
         if table == "chunks_vec":
             self.conn.execute(
@@ -127,6 +144,7 @@ class Store(SearchReads):
             return
         key = "rowid" if table == "chunks_vec" else "id"
         self.conn.executemany(f"DELETE FROM {table} WHERE {key} = ?", [(i,) for i in ids])
+        self.conn.executemany("DELETE FROM chunk_lines WHERE id = ?", [(i,) for i in ids])
 
     # -- files and chunks -----------------------------------------------------------------------
 
@@ -192,7 +210,7 @@ class Store(SearchReads):
                 chunk_id, embedded = old
                 if not embedded and chunk.vector is not None and self.vector_store != "none":
                     self.conn.execute("UPDATE chunks SET embedded = 1 WHERE id = ?", (chunk_id,))
-                    self._insert_vector(chunk_id, chunk.vector)
+                    self._insert_vector(chunk_id, chunk.vector, chunk.lines)
                 elif not embedded and self.vector_store != "none":
                     pending += 1
                 continue
@@ -221,7 +239,7 @@ class Store(SearchReads):
             )
             if embedded:
                 assert chunk.vector is not None
-                self._insert_vector(chunk_id, chunk.vector)
+                self._insert_vector(chunk_id, chunk.vector, chunk.lines)
             elif self.vector_store != "none":
                 pending += 1
         self.conn.execute(
@@ -275,15 +293,16 @@ class Store(SearchReads):
         )
         return [str(r[0]) for r in rows]
 
-    def add_vectors(self, path: str, vectors: dict[int, Vectors]) -> int:
-        """Store vectors for chunks of ``path``; return how many of its chunks still lack one."""
-        for chunk_id, vector in vectors.items():
+    def add_vectors(self, path: str, vectors: dict[int, tuple[Vectors, Vectors | None]]) -> int:
+        """Store (chunk vector, line vectors) for chunks of ``path``; return how many of its
+        chunks still lack them."""
+        for chunk_id, (vector, lines) in vectors.items():
             updated = self.conn.execute(
                 "UPDATE chunks SET embedded = 1 WHERE id = ? AND embedded = 0 RETURNING id",
                 (chunk_id,),
             ).fetchone()
             if updated is not None:
-                self._insert_vector(chunk_id, vector)
+                self._insert_vector(chunk_id, vector, lines)
         row = self.conn.execute(
             "SELECT count(*) FROM chunks WHERE path = ? AND embedded = 0", (path,)
         ).fetchone()
@@ -346,10 +365,16 @@ class Store(SearchReads):
     def fts_ids(self) -> set[int]:
         return {int(r[0]) for r in self.conn.execute("SELECT rowid FROM chunks_fts")}
 
-    def dump(self) -> list[tuple[str, int, int, str, bool, bool, str]]:
-        """The logical content: (path, start, end, chunk hash, FTS row?, vector row?, model)."""
+    def line_counts(self) -> dict[int, int]:
+        """How many line vectors each chunk that has any holds."""
+        rows = self.conn.execute("SELECT id, length(vectors) FROM chunk_lines")
+        return {int(r[0]): int(r[1]) // (2 * self.dims) for r in rows}
+
+    def dump(self) -> list[DumpRow]:
+        """The logical content, a DumpRow per chunk."""
         fts = self.fts_ids()
         vecs = self.vector_ids()
+        lines = self.line_counts()
         rows = self.conn.execute(
             "SELECT id, path, start_line, end_line, hash, model FROM chunks "
             "ORDER BY path, start_line, end_line, hash"
@@ -363,6 +388,7 @@ class Store(SearchReads):
                 int(r[0]) in fts,
                 int(r[0]) in vecs,
                 str(r[5]),
+                lines.get(int(r[0]), 0),
             )
             for r in rows
         ]
@@ -386,4 +412,6 @@ class Store(SearchReads):
             problems.append("fts rows differ from chunk rows")
         if self._vector_table() is not None and self.vector_ids() != embedded:
             problems.append("vector rows differ from embedded chunk rows")
+        if not set(self.line_counts()) <= embedded:
+            problems.append("line vectors of chunks that are not embedded")
         return problems

@@ -18,11 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import apsw
+import numpy as np
 
 from memd.config import IndexConfig, SessionsConfig
 from memd.embed.base import Embedder, Vectors
 from memd.index.cache import EmbeddingCache
-from memd.index.chunk import chunk_text
+from memd.index.chunk import chunk_text, vector_lines
 from memd.index.db import atomic, translate_errors
 from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
@@ -399,16 +400,16 @@ class Syncer(TranscriptSync):
             count_tokens=self._count_tokens if e else None,
             max_tokens=e.max_tokens if e else None,
         )
-        cached: dict[str, Vectors] = {}
+        vectors: dict[str, tuple[Vectors, Vectors | None]] = {}
         if e is not None and self.cache is not None and same_vectors:
-            cached = self.cache.get_many(e.settings_key, (c.hash for c in chunks), e.dims)
-            report.cache_hits += sum(1 for c in chunks if c.hash in cached)
+            vectors = self._cached_vectors(e, [(c.hash, c.text) for c in chunks], report)
         rows = []
         for c in chunks:
             start, end = c.start_line, c.end_line
             if entry.line_map is not None:  # rendered transcript lines -> JSONL line numbers
                 start, end = map_lines(entry.line_map, start, end)
-            rows.append(NewChunk(start, end, c.text, c.hash, cached.get(c.hash)))
+            vector, lines = vectors.get(c.hash, (None, None))
+            rows.append(NewChunk(start, end, c.text, c.hash, vector, lines))
         with atomic(store.conn):
             store.replace_file(
                 path=entry.rel,
@@ -517,18 +518,38 @@ class Syncer(TranscriptSync):
                 return
             self.reset_backoff()
 
+    def _cached_vectors(
+        self, e: Embedder, chunks: list[tuple[str, str]], report: SyncReport
+    ) -> dict[str, tuple[Vectors, Vectors | None]]:
+        """(vector, line vectors) by chunk hash for the chunks (hash, text) whose vector and
+        line vectors are all in the cache."""
+        assert self.cache is not None
+        wanted = [(h, text, vector_lines(text)) for h, text in chunks]
+        hashes = [h for h, _, lines in wanted for h in (h, *(lh for _, lh in lines))]
+        by_hash = self.cache.get_many(e.settings_key, hashes, e.dims)
+        out = {}
+        for h, _, lines in wanted:
+            if h in by_hash and all(lh in by_hash for _, lh in lines):
+                out[h] = (by_hash[h], _stack([by_hash[lh] for _, lh in lines]))
+                report.cache_hits += 1
+        return out
+
     def _vectors_for(
         self, e: Embedder, todo: list[tuple[int, str, str]], report: SyncReport
-    ) -> dict[int, Vectors]:
+    ) -> dict[int, tuple[Vectors, Vectors | None]]:
+        """(vector, line vectors) of the chunks (id, hash, text) in ``todo``: from the cache,
+        the rest embedded (each distinct text once) and put in the cache."""
+        lines = {chunk_id: vector_lines(text) for chunk_id, _, text in todo}
+        texts: dict[str, str] = {}
+        for chunk_id, h, text in todo:
+            texts.setdefault(h, text)
+            for line, lh in lines[chunk_id]:
+                texts.setdefault(lh, line)
         by_hash: dict[str, Vectors] = {}
         if self.cache is not None:
-            by_hash = self.cache.get_many(e.settings_key, (h for _, h, _ in todo), e.dims)
+            by_hash = self.cache.get_many(e.settings_key, texts, e.dims)
             report.cache_hits += sum(1 for _, h, _ in todo if h in by_hash)
-        missing: dict[str, str] = {}
-        for _, h, text in todo:
-            if h not in by_hash:
-                missing.setdefault(h, text)
-        items = list(missing.items())
+        items = [(h, text) for h, text in texts.items() if h not in by_hash]
         for start in range(0, len(items), e.batch_size):
             batch = items[start : start + e.batch_size]
             vectors = e.embed_batch([t for _, t in batch], kind="document")
@@ -537,7 +558,14 @@ class Syncer(TranscriptSync):
                 self.cache.put_many(e.settings_key, e.provider, e.model, fresh)
             by_hash.update(fresh)
             report.embedded += len(batch)
-        return {chunk_id: by_hash[h] for chunk_id, h, _ in todo}
+        return {
+            chunk_id: (by_hash[h], _stack([by_hash[lh] for _, lh in lines[chunk_id]]))
+            for chunk_id, h, _ in todo
+        }
+
+
+def _stack(vectors: list[Vectors]) -> Vectors | None:
+    return np.stack(vectors).astype(np.float32) if vectors else None
 
 
 class _RebuildAborted(Exception):
