@@ -1,26 +1,16 @@
 """Appending to a user's Markdown file so that a refused write leaves it as it was; keeping
-memd's own state private."""
+memd's own state private. Whole-file replacement is memd.atomicfile."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import stat
-import sys
 from pathlib import Path
 
-__all__ = ["append_whole", "fsync", "make_private", "not_private", "write_atomic"]
+from memd.atomicfile import fsync
 
-
-def fsync(fd: int) -> None:
-    """Flush ``fd`` to stable storage (on macOS plain fsync stops at the drive's cache)."""
-    if sys.platform == "darwin":
-        import fcntl
-
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, fcntl.F_FULLFSYNC)
-            return
-    os.fsync(fd)
+__all__ = ["append_whole", "make_private", "not_private"]
 
 
 def append_whole(fd: int, data: bytes, size: int) -> None:
@@ -42,27 +32,6 @@ def append_whole(fd: int, data: bytes, size: int) -> None:
             if written and os.fstat(fd).st_size == size + written:
                 os.ftruncate(fd, size)
         raise
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` whole or not at all: a private temp file beside it,
-    fsync, rename, fsync of the directory."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def not_private(root: Path) -> list[Path]:

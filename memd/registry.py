@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from memd.fileio import write_atomic
+from memd.atomicfile import write_atomic
 
 __all__ = ["load_registry", "save_registry"]
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memd.atomicfile import write_atomic
+
 __all__ = [
     "LAUNCHD_LABEL",
     "SYSTEMD_UNIT_NAME",
@@ -270,18 +272,8 @@ def _diff(old: str, new: str, path: Path) -> str:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a temporary file renamed over it), mode 0644."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write ``data`` to ``path`` atomically, mode 0644 (the service manager reads it)."""
+    write_atomic(path, data, mode=0o644)
 
 
 def _prepare(path: Path, data: bytes, *, force: bool) -> str:

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path, PurePosixPath
 
+from memd.atomicfile import fsync, fsync_dir
 from memd.dreams.ranking import Candidate
 from memd.dreams.recall_store import RecallEntry, is_promotable
-from memd.fileio import append_whole, fsync
+from memd.fileio import append_whole
 from memd_client.errors import PathRefused
 
 __all__ = ["Applied", "PromotionResult", "apply_promotions", "rehydrate"]
@@ -243,16 +244,6 @@ def _snapshot(path: Path) -> _Snapshot:
     return _Snapshot(_read_from(fd, 0), fd, os.fstat(fd))
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    except OSError:  # some filesystems refuse fsync on a directory
-        logger.debug("cannot fsync %s", directory)
-    finally:
-        os.close(fd)
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -277,7 +268,7 @@ def _append(path: Path, body: str, *, header: str = "", nl: str = "\n") -> None:
     finally:
         os.close(fd)
     if size == 0:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
 
 @functools.cache
@@ -334,7 +325,7 @@ def _swap_in(path: Path, base: _Snapshot, new_text: str) -> bool:
             os.replace(tmp, path)  # no atomic swap here: the re-read above is the whole check
         elif not _settle(path, tmp, base, len(data), exchange):
             return False
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -10,7 +10,6 @@ import functools
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeGuard
 from zoneinfo import ZoneInfo
 
+from memd.atomicfile import write_atomic
 from memd.dreams.recall_lock import LOCK_RETRY_S, LOCK_STALE_S, LOCK_TIMEOUT_S, file_lock
 from memd.dreams.recall_text import (
     DAY,
@@ -207,14 +207,6 @@ def _store_text(updated_at: str, lines: Iterable[str]) -> str:
     return head + (f"\n    {body}\n  }}\n}}\n" if body else "}\n}\n")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @dataclass
 class _Own:
     """What record_many keeps between calls: the entries as in the store file with this stat
@@ -277,7 +269,7 @@ class RecallStore:
             if not prev:
                 logger.warning("no usable %s: starting an empty recall store", self.prev_path.name)
                 return {}
-            self._write_atomic(self.path, self.prev_path.read_bytes())  # restore the last good
+            write_atomic(self.path, self.prev_path.read_bytes())  # restore the last good
             return prev
 
     def _signature(self) -> tuple[int, int, int] | None:
@@ -323,29 +315,14 @@ class RecallStore:
             except (OSError, ValueError):
                 current = None  # missing or not good: never copied over the last good .prev
             if current is not None:
-                self._write_atomic(self.prev_path, current)
-            self._write_atomic(self.path, text.encode("utf-8"))
-
-    def _write_atomic(self, target: Path, data: bytes) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{STORE_NAME}.tmp-{os.getpid()}-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(self.dir)
+                write_atomic(self.prev_path, current)
+            write_atomic(self.path, text.encode("utf-8"))
 
     def cleanup(self, max_age_s: float = TMP_MAX_AGE_S) -> int:
         """Remove temp files older than ``max_age_s`` left by a crashed save; return how many."""
         removed = 0
         now = time.time()
-        for tmp in self.dir.glob(f".{STORE_NAME}.tmp-*") if self.dir.is_dir() else ():
+        for tmp in self.dir.glob(f".{STORE_NAME}*.tmp-*") if self.dir.is_dir() else ():
             try:
                 if now - tmp.stat().st_mtime > max_age_s:
                     tmp.unlink()

@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, tzinfo
@@ -16,6 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+from memd.atomicfile import write_atomic
 from memd_client.errors import ConfigError
 
 __all__ = ["Schedule"]
@@ -115,23 +115,5 @@ class Schedule:
     def _save(self, moment: datetime) -> None:
         """Write the state file atomically (temp file, fsync, rename, fsync the directory)."""
         self._last_run = moment
-        directory = self.state_path.parent
-        directory.mkdir(parents=True, exist_ok=True)
         data = json.dumps({"last_run": moment.astimezone(UTC).isoformat()}) + "\n"
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.state_path.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.state_path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            with contextlib.suppress(OSError):
-                os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(self.state_path, data.encode("utf-8"))

@@ -22,7 +22,9 @@ from http.client import HTTPMessage
 from pathlib import Path
 from typing import IO
 
-from memd.embed.model_uri import ModelSource, is_loopback, resolve_uri
+from memd.atomicfile import fsync_dir, write_atomic
+from memd.embed.http import is_loopback
+from memd.embed.model_uri import ModelSource, resolve_uri
 from memd.embed.progress import Progress, progress_bar
 from memd_client.errors import Busy, ConfigError, ProviderUnavailable
 
@@ -107,7 +109,7 @@ def pull(
         _verify(f, part, source, expected or published, got)
         os.replace(part, final)
     _write_sidecar(_sibling(final, ".sha256"), got, final.name)
-    _fsync_dir(models_dir)
+    fsync_dir(models_dir)
     logger.info("pulled %s (sha256 %s)", final, got)
     return final
 
@@ -369,20 +371,7 @@ def _read_sidecar(path: Path) -> str | None:
 
 def _write_sidecar(path: Path, sha: str, name: str) -> None:
     """Record ``sha`` in the format of ``sha256sum``, so ``sha256sum -c`` can check it too."""
-    tmp = _sibling(path, ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(f"{sha}  {name}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_atomic(path, f"{sha}  {name}\n".encode())
 
 
 def list_models(models_dir: Path) -> list[ModelInfo]:

@@ -36,10 +36,10 @@ from typing import IO, Any
 import msgpack
 import numpy as np
 
+from memd.atomicfile import write_atomic
 from memd.embed.base import Embedder, Kind, Vectors
 from memd.embed.host import HEADER, MAX_FRAME, pack_frame
 from memd.embed.llama import LlamaEmbedder
-from memd.fileio import write_atomic
 from memd_client.errors import ProviderUnavailable
 
 __all__ = ["MODES", "LoadMode", "ModeMemory", "ProcessEmbedder", "cpu_signature"]

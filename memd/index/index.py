@@ -13,6 +13,7 @@ from pathlib import Path
 
 import apsw
 
+from memd.atomicfile import fsync_dir
 from memd.index.db import VecSupport, connect, probe_sqlite_vec, translate_errors
 from memd.index.identity import Identity
 from memd.index.schema import migrate
@@ -183,17 +184,9 @@ class Index:
                 if side.exists():
                     side.rename(Path(str(temp) + suffix + stamp))
             os.replace(temp, self.path)
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
             with translate_errors(f"index {self.path}"):
                 self._writer = connect(self.path, load_vec=self.vec.available)
                 migrate(self._writer)
             self.epoch += 1
         self.remove_temp_files()
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
