@@ -206,6 +206,7 @@ def test_urls_are_taken_as_they_are() -> None:
         ("example.com/x.gguf", "https:// URL"),
         ("http://example.com/x.gguf", "plain http"),
         ("http://10.0.0.1/x.gguf", "plain http"),
+        ("http://models.localhost/x.gguf", "plain http"),  # the same rule as embedding URLs
         ("https://example.com/x.bin", "not a .gguf"),
         ("https://example.com/", "cannot be a file name"),
         ("https://example.com/..%2Fx.gguf", "cannot be a file name"),

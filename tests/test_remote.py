@@ -377,6 +377,7 @@ def test_token_budget_splits_before_sending(server: FakeProvider, sleeps: list[f
         "http://example.com/v1",
         "http://10.0.0.5:8080",
         "http://127.0.0.1.example.com/v1",
+        "http://api.localhost/v1",  # resolved by DNS where the resolver does not know RFC 6761
         "ftp://127.0.0.1/",
         "https://user:pw@example.com/v1",
     ],
@@ -389,7 +390,13 @@ def test_unsafe_base_urls_are_refused(url: str) -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["http://localhost:1234/v1", "http://127.0.0.2:9", "http://[::1]:8080", "https://example.com/"],
+    [
+        "http://localhost:1234/v1",
+        "http://LOCALHOST.:1234/v1",
+        "http://127.0.0.2:9",
+        "http://[::1]:8080",
+        "https://example.com/",
+    ],
 )
 def test_loopback_and_https_base_urls_are_accepted(url: str) -> None:
     e = create_remote("openai-compatible", EmbeddingConfig(base_url=url, model="m"), {})

@@ -78,9 +78,14 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine (localhost, 127.0.0.0/8, ::1)."""
-    host = host.lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
+    """Whether ``host`` is this machine: ``localhost`` or a loopback address (127.0.0.0/8, ::1).
+    These are the only hosts memd talks plain http to.
+
+    Names under ``.localhost`` are not: RFC 6761 asks resolvers to keep them on this machine,
+    but a resolver that does not know the rule sends them to DNS, and with them an API key.
+    """
+    host = host.lower().removesuffix(".")
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import urllib.parse
 from dataclasses import dataclass
 
+from memd.embed.http import is_loopback
 from memd_client.errors import ConfigError
 
-__all__ = ["ModelSource", "is_loopback", "resolve_uri"]
+__all__ = ["ModelSource", "resolve_uri"]
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _HF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -96,13 +96,3 @@ def _check_filename(name: str, uri: str) -> str:
     if not name.lower().endswith(".gguf"):
         raise _bad(uri, f"{name!r} is not a .gguf file")
     return name
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and loopback addresses, the only hosts allowed plain http."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
