@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                 texts.extend(line for line, _ in vector_lines(c.text))
     texts = list(dict.fromkeys(texts))  # memd embeds each distinct text once
     tokens = sum(probe.count_tokens(t) for t in texts)
+    probe.embed_batch(texts[:2])  # the settings that embed safely on this CPU (a crash is here)
     mode = probe.mode
     probe.close()
 
