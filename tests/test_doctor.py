@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from memd.config import Config
-from memd.doctor import Check, check_inotify, run_checks
-from memd_client.memctl import cli
+from memd.ctl.doctor import Check, check_inotify, run_checks
+from memd.ctl.memctl import cli
 
 from .daemon_fixture import running_daemon
 
@@ -261,12 +261,12 @@ def test_bad_config_is_a_failure_not_a_crash(memd_home: Path) -> None:
 
 
 def test_a_crashing_check_becomes_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memd.doctor
+    import memd.ctl.doctor
 
     def boom(config: Config) -> Check:
         raise RuntimeError("disk exploded")
 
-    monkeypatch.setattr(memd.doctor, "check_disk", boom)
+    monkeypatch.setattr(memd.ctl.doctor, "check_disk", boom)
     check = by_name(run_checks(Config.load(), load_model=False))["disk space"]
     assert check.status == "fail"
     assert "RuntimeError: disk exploded" in check.detail

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 import memd_client
 from memd.config import Config
+from memd.ctl.memctl import cli as memctl
 from memd.embed.fake import FakeEmbedder
-from memd_client.memctl import cli as memctl
 
 from .daemon_fixture import running_daemon
 

@@ -17,16 +17,16 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
 import memd_client
+from memd.ctl.mcp_server import get_reply, search_reply
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
-from memd.mcp_server import get_reply, search_reply
 
 from .daemon_fixture import running_daemon, short_socket_dir
 
 _T = TypeVar("_T")
 
 # The installed `memctl` script may belong to another environment: run this interpreter's.
-_MEMCTL = ["-c", "from memd_client.memctl import main; main()"]
+_MEMCTL = ["-c", "from memd.ctl.memctl import main; main()"]
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from memd_client.memctl import EXIT_NOT_RUNNING, cli
+from memd.ctl.memctl import EXIT_NOT_RUNNING, cli
 from memd_client.protocol import Request
 
 from .fake_daemon import FakeDaemon, Reply, routes

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from memd import servicefiles
-from memd.servicefiles import ServiceError, launchd_plist, memd_executable, systemd_unit
-from memd_client.memctl import cli
+from memd.ctl import servicefiles
+from memd.ctl.memctl import cli
+from memd.ctl.servicefiles import ServiceError, launchd_plist, memd_executable, systemd_unit
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_LOG = Path("/Users/USERNAME/Library/Logs/memd.log")

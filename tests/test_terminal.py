@@ -23,7 +23,7 @@ def on_a_terminal(*args: str, env: dict[str, str]) -> bytes:
     """Run memctl with its stdout on a pseudo-terminal; return what the terminal received."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from memd_client.memctl import main; main()", *args],
+        [sys.executable, "-c", "from memd.ctl.memctl import main; main()", *args],
         stdout=follower,
         stderr=subprocess.PIPE,
         env=env,

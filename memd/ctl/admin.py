@@ -1,7 +1,7 @@
 """memctl's administrative commands: model, service, doctor and mcp.
 
-They run in-process and import the daemon's package inside the command, so the everyday
-commands never load it. ``memd_client.memctl`` registers them on ``cli``.
+They run daemon code in-process, imported inside each command, so the everyday commands
+(which only talk to the socket) start without loading it. ``memd.ctl.memctl`` registers them on ``cli``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 
 import click
 
-from memd_client import display
-from memd_client.memctl_common import (
+from memd.ctl import display
+from memd.ctl.common import (
     _errors,
     _json_option,
     _print_json,
@@ -38,7 +38,7 @@ def model_list_cmd(ctx: click.Context, as_json: bool) -> None:
 
     Example: memctl model list --json
     """
-    from memd.embed.models import list_models  # the daemon's package, only for this command
+    from memd.embed.models import list_models  # only this command needs it: memctl starts faster
 
     models_dir = user_dirs().models
     with _errors(ctx):
@@ -71,7 +71,7 @@ def model_pull_cmd(ctx: click.Context, uri: str | None, sha256: str | None) -> N
       memctl model pull
       memctl model pull hf:second-state/All-MiniLM-L6-v2-Embedding-GGUF/all-MiniLM-L6-v2-Q8_0.gguf
     """
-    # the daemon's package, only for this command
+    # only this command needs it: memctl starts faster
     from memd.embed.models import RECOMMENDED_MODEL_URI, progress_bar, pull
 
     uri = uri or RECOMMENDED_MODEL_URI
@@ -90,7 +90,7 @@ def doctor_cmd(ctx: click.Context, as_json: bool, no_model: bool) -> None:
 
     Exits 1 when a check fails (warnings exit 0). Example: memctl doctor --json
     """
-    from memd import doctor  # the daemon's package, only for this command
+    from memd.ctl import doctor  # only this command needs it: memctl starts faster
 
     settings: _Settings = ctx.obj
     checks = doctor.diagnose(socket=settings.socket, load_model=not no_model)
@@ -119,7 +119,7 @@ def mcp_cmd(ctx: click.Context, workspace: str | None) -> None:
     Example: memctl mcp -w ~/agent   (as an MCP client's server command)
     """
     try:
-        from memd import mcp_server  # the daemon's package and the MCP SDK, only for this command
+        from memd.ctl import mcp_server  # the MCP SDK too: only this command needs them
     except ImportError as exc:
         raise click.ClickException(
             f"memctl mcp needs the MCP SDK ({exc}); install it with: pip install 'memd[mcp]'"
@@ -151,7 +151,7 @@ def service_install_cmd(ctx: click.Context, dry_run: bool, force: bool) -> None:
 
     Example: memctl service install --dry-run
     """
-    from memd import servicefiles  # the daemon's package, only for this command
+    from memd.ctl import servicefiles  # only this command needs it: memctl starts faster
 
     try:
         lines = servicefiles.install(dry_run=dry_run, force=force)
@@ -170,7 +170,7 @@ def service_uninstall_cmd(ctx: click.Context, dry_run: bool) -> None:
 
     Example: memctl service uninstall
     """
-    from memd import servicefiles  # the daemon's package, only for this command
+    from memd.ctl import servicefiles  # only this command needs it: memctl starts faster
 
     try:
         lines = servicefiles.uninstall(dry_run=dry_run)
@@ -189,7 +189,7 @@ def service_status_cmd(ctx: click.Context, as_json: bool) -> None:
 
     Example: memctl service status --json
     """
-    from memd import servicefiles  # the daemon's package, only for this command
+    from memd.ctl import servicefiles  # only this command needs it: memctl starts faster
 
     try:
         info = servicefiles.status()

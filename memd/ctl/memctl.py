@@ -16,9 +16,9 @@ from typing import TypeVar
 
 import click
 
-from memd_client import display
-from memd_client.memctl_admin import doctor_cmd, mcp_cmd, model_group, service_group
-from memd_client.memctl_common import (
+from memd.ctl import display
+from memd.ctl.admin import doctor_cmd, mcp_cmd, model_group, service_group
+from memd.ctl.common import (
     EXIT_NOT_RUNNING,
     _client,
     _json_option,

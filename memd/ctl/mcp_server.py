@@ -3,8 +3,8 @@
 An MCP client (Claude Desktop, an IDE, an agent runtime) starts ``memctl mcp -w ~/agent`` and
 gets three tools bound to that one workspace:
 
-* ``memory_search``: hybrid search, answered like OpenClaw's tool (reference §6.8);
-* ``memory_get``: read a window of lines of a memory file (reference §7);
+* ``memory_search``: hybrid search, answered like OpenClaw's tool;
+* ``memory_get``: read a window of lines of a memory file, as OpenClaw's tool does;
 * ``memory_append``: append a note to today's memory file.
 
 The server holds one :class:`memd_client.Client`, which connects on first use and reconnects
