@@ -74,12 +74,12 @@ class IndexConfig:
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """Search defaults (the reference system's), each overridable per request where it makes sense."""
+    """Search defaults (OpenClaw's), each overridable per request where it makes sense."""
 
     mode: SearchMode = "hybrid"
     max_results: int = 6
     min_score: float = 0.35
-    # The weights of the two halves of a hybrid score (memd.search._merge). The reference's
+    # The weights of the two halves of a hybrid score (memd.search._merge). OpenClaw's
     # 0.7 vector / 0.3 text ranked below keyword-only search on LoCoMo; keyword 0.7 with the
     # line-aware vector half 0.3 was best on the tuning conversations and held on the others
     # (docs/benchmarks.md).

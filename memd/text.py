@@ -27,7 +27,7 @@ __all__ = [
 
 CHARS_PER_TOKEN = 4
 
-# The reference system's "weighs more" ranges: each such character counts as a whole token.
+# OpenClaw's "weighs more" ranges: each such character counts as a whole token.
 _WEIGHTED = re.compile(
     "[\u2e80-\u9fff\ua000-\ua4ff\uac00-\ud7af\uf900-\ufaff\uff01-\uff60\uffe0-\uffe6"
     "\U00020000-\U0002fa1f]"
@@ -64,7 +64,7 @@ def weighted_len(text: str) -> int:
 
 
 def estimate_tokens(text: str) -> int:
-    """Estimate a token count the way the reference does (4 weighted characters per token)."""
+    """Estimate a token count the way OpenClaw does (4 weighted characters per token)."""
     return math.ceil(weighted_len(text) / CHARS_PER_TOKEN)
 
 

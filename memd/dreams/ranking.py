@@ -1,4 +1,4 @@
-"""Ranking of recall-store entries for promotion: the reference's six weighted signals and the
+"""Ranking of recall-store entries for promotion: OpenClaw's six weighted signals and the
 manual and scheduled thresholds."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Already normalised (they sum to 1). The reference adds a phase boost from light/REM dreaming
+# Already normalised (they sum to 1). OpenClaw adds a phase boost from light/REM dreaming
 # hits; memd runs only the deep phase (pure code, no LLM), so there is no phase boost here.
 WEIGHTS: dict[str, float] = {
     "frequency": 0.24,
@@ -93,7 +93,7 @@ def consolidation(recall_days: Sequence[str], grounded_count: int = 0) -> float:
 
 
 def _age_days(entry: RecallEntry, now: dt.datetime) -> float:
-    """Days since the last recall; 0 when the timestamp does not parse (as the reference does)."""
+    """Days since the last recall; 0 when the timestamp does not parse (as OpenClaw does)."""
     try:
         last = dt.datetime.fromisoformat(entry.last_recalled_at)
     except ValueError:

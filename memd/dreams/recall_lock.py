@@ -18,7 +18,7 @@ __all__ = ["LOCK_RETRY_S", "LOCK_STALE_S", "LOCK_TIMEOUT_S", "file_lock"]
 
 logger = logging.getLogger(__name__)
 
-# The reference's lock protocol; module-level so tests can shorten them.
+# OpenClaw's lock protocol; module-level so tests can shorten them.
 LOCK_STALE_S = 60.0
 LOCK_RETRY_S = 0.04
 LOCK_TIMEOUT_S = 10.0
@@ -57,7 +57,7 @@ def _lock_holder_alive(lock_path: Path) -> bool:
     except ProcessLookupError:
         return False
     except OSError:
-        return True  # EPERM and anything else: alive, as the reference does
+        return True  # EPERM and anything else: alive, as OpenClaw does
     return True
 
 

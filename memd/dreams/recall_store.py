@@ -1,5 +1,5 @@
 """The short-term recall store (``memory/.dreams/short-term-recall.json``): which daily-log snippets
-searches surfaced, how often and on which days, under the reference system's lock and caps."""
+searches surfaced, how often and on which days, under OpenClaw's lock and caps."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def _recent_distinct(items: Sequence[str], new: str | None, cap: int) -> list[st
 
 @dataclass
 class RecallEntry:
-    """One tracked line range of a daily note; JSON keys are the reference's camelCase names."""
+    """One tracked line range of a daily note; JSON keys are OpenClaw's camelCase names."""
 
     key: str
     path: str

@@ -188,7 +188,7 @@ def _message_timestamp(record: dict[str, object], message: dict[str, object]) ->
 
 
 def render(data: bytes, redact: Callable[[str], str] | None = None) -> Rendered:
-    """Render a JSONL transcript to ``User:``/``Assistant:`` lines (reference §1.4).
+    """Render a JSONL transcript to ``User:``/``Assistant:`` lines, as OpenClaw renders them.
 
     Args:
         redact: applied to each message's normalised text before it is emitted.
