@@ -71,9 +71,9 @@ def boosted(row: ChunkRow, found: set[str], terms: Sequence[str]) -> float:
 
 def candidates(index: Index, question: str, qvec: Any) -> list[Cand]:
     with index.reader() as store:
-        match, terms = keyword_match(question, store.doc_freqs)
-        kw_rows = store.keyword_candidates(match, None, DEPTH) if match else []
-        vec_rows = store.vector_candidates(qvec, None, 100_000)  # every chunk's cosine
+        match, terms = keyword_match(question, store.reads.doc_freqs)
+        kw_rows = store.reads.keyword_candidates(match, None, DEPTH) if match else []
+        vec_rows = store.reads.vector_candidates(qvec, None, 100_000)  # every chunk's cosine
     by_id: dict[int, Cand] = {}
     wanted = set(terms)
     scored = [(boosted(r, tokens_among(r.text, wanted), terms), r) for r in kw_rows]

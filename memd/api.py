@@ -28,12 +28,14 @@ from memd.dreams.ranking import MANUAL
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
 from memd.files import MemoryPath
+from memd.index.store import Store
 from memd.indexer import URGENT, Indexer
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.registry import save_registry
 from memd.scopes import Caller, allowed_sources, is_longterm
 from memd.service import MemoryService, Workspace
 from memd.text import first_control
+from memd.watch.layout import RESCAN_ALL, RESCANS
 from memd_client.errors import BadRequest, IndexError_, PathRefused, Timeout
 from memd_client.protocol import PROTOCOL_VERSION
 
@@ -102,13 +104,13 @@ class Api:
             stale = {
                 k
                 for k in watched | queued
-                if "*" not in k and not _indexed_as_on_disk(store, ws.root, k)
+                if k not in RESCANS and not _indexed_as_on_disk(store, ws.root, k)
             }
         pending = len(stale)
-        if any("*" in k for k in queued):
+        if queued & RESCANS:
             pending += 1  # a rescan is queued: something may have changed
         last_event = watcher.get("last_event_at")
-        if "*" in watched and not (last_event and self.indexer.synced_since(ws, last_event)):
+        if RESCAN_ALL in watched and not (last_event and self.indexer.synced_since(ws, last_event)):
             pending += 1
         problems = workspace_problems(ws, watcher.get("state"))
         skipped = len(ws.syncer.skipped)
@@ -572,13 +574,13 @@ def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
     return problems
 
 
-def _indexed_as_on_disk(store: Any, root: Path, rel: str) -> bool:
+def _indexed_as_on_disk(store: Store, root: Path, rel: str) -> bool:
     row = store.file(rel)
     try:
         st = os.stat(root / rel)
     except OSError:
         return row is None  # gone from disk: fresh if gone from the index too
-    return row is not None and (row.size, row.mtime_ns) == (st.st_size, st.st_mtime_ns)
+    return row is not None and row.same_stat(st.st_size, st.st_mtime_ns)
 
 
 CALLER_METHODS = frozenset({"search", "get"})

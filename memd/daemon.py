@@ -38,7 +38,7 @@ from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
 from memd.registry import load_registry
 from memd.service import MemoryService, Workspace
-from memd.watch import WorkspaceWatcher
+from memd.watch import RESCAN_SESSIONS, WorkspaceWatcher
 from memd_client.errors import MemdError
 from memd_client.paths import socket_path
 
@@ -346,7 +346,7 @@ class Daemon:
         for ws in self.service.workspaces():
             try:
                 if ws.syncer.sessions_due():
-                    self.indexer.request_sync(ws, {"sessions/*"})
+                    self.indexer.request_sync(ws, {RESCAN_SESSIONS})
             except Exception as exc:
                 logger.warning("checking transcripts of %s failed: %s", ws.name, exc)
 

@@ -15,7 +15,6 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 from memd.index.sync import SyncReport
 from memd.journal import Appended, append_daily
 from memd.service import MemoryService, Workspace
+from memd.watch.layout import RESCAN_ALL
 from memd_client.errors import IndexError_
 
 __all__ = ["Indexer", "URGENT", "WATCH", "RECONCILE"]
@@ -54,9 +54,7 @@ class _State:
 
 
 class Indexer:
-    def __init__(
-        self, service: MemoryService, *, on_error: Callable[[str, str], None] | None = None
-    ) -> None:
+    def __init__(self, service: MemoryService) -> None:
         self.service = service
         self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
         self._seq = itertools.count(1)
@@ -65,7 +63,6 @@ class Indexer:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memd-writer", daemon=True)
         self._embed_cursor = 0
-        self.on_error = on_error
         self.jobs_done = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -102,7 +99,7 @@ class Indexer:
         """Queue a sync of ``ws`` (joining one already queued); ``keys`` are the changed paths."""
         with self._lock:
             state = self._states.setdefault(ws.root, _State())
-            state.dirty.update(keys or {"*"})
+            state.dirty.update(keys or {RESCAN_ALL})
             job = state.queued
             if job is not None and job.priority <= priority:
                 return job.future
@@ -137,13 +134,13 @@ class Indexer:
         return future
 
     def dirty_keys(self, ws: Workspace) -> set[str]:
-        """The changed paths queued for the next sync of ``ws`` ("*": a rescan is queued)."""
+        """The changed paths queued for the next sync of ``ws`` (or a rescan key, RESCANS)."""
         with self._lock:
             state = self._states.get(ws.root)
             return set(state.dirty) if state else set()
 
     def pending(self, ws: Workspace) -> int:
-        """Changed paths known to the writer and not yet indexed ("*" counts as one)."""
+        """Changed paths known to the writer and not yet indexed (a rescan counts as one)."""
         with self._lock:
             state = self._states.get(ws.root)
             return len(state.dirty) if state else 0

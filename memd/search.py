@@ -1,4 +1,4 @@
-"""Hybrid search (SPEC §6): FTS5 keyword and vector candidates merged, decayed, diversified.
+"""Hybrid search: FTS5 keyword and vector candidates merged, decayed, diversified.
 
 Keyword queries OR their terms and let BM25 rank, so natural-language questions find the chunks
 that hold most of their words; CJK runs become bigram terms.
@@ -134,7 +134,7 @@ def keyword_match(
 
 
 def bm25_to_score(rank: float) -> float:
-    """Map an FTS5 bm25 rank (negative, lower is better) into [0, 1) as the reference does."""
+    """Map an FTS5 bm25 rank (negative, lower is better) into [0, 1) as OpenClaw does."""
     if not math.isfinite(rank):
         return 1 / 1000
     if rank < 0:
@@ -174,15 +174,17 @@ def search(
         # The query is embedded (on the embedder's own thread, where it has one) while the
         # keyword half runs here.
         qvec_future = embedder.start_query(query) if mode != "keyword" and embedder else None
-        match, boost_terms = keyword_match(query, store.doc_freqs)
+        match, boost_terms = keyword_match(query, store.reads.doc_freqs)
         keyword_rows: list[ChunkRow] = []
         if mode != "vector" and match:
-            keyword_rows = store.keyword_candidates(match, options.sources, options.candidates)
+            keyword_rows = store.reads.keyword_candidates(
+                match, options.sources, options.candidates
+            )
         if qvec_future is None:
             hits = _keyword_only(store, keyword_rows, boost_terms, options, now)
             return SearchOutcome(hits, mode, provider, model, note)
         qvec = qvec_future.result()
-        vector_rows = store.vector_candidates(qvec, options.sources, options.candidates)
+        vector_rows = store.reads.vector_candidates(qvec, options.sources, options.candidates)
         hits = _merge(
             store, qvec, vector_rows, keyword_rows, boost_terms, options, hybrid=mode == "hybrid"
         )
@@ -230,7 +232,7 @@ def _keyword_hits(
 
 
 def _boost(hit: Hit, text: str, found: set[str], words: int, terms: Sequence[str]) -> float:
-    """The reference's keyword-only ranking: overlap, density, path and length on top of BM25.
+    """OpenClaw's keyword-only ranking: overlap, density, path and length on top of BM25.
 
     ``found`` holds the query terms that are tokens of ``text``; ``words`` is its count of
     distinct tokens.
@@ -329,11 +331,11 @@ def _cosines(
     query = np.asarray(qvec, dtype=np.float32)
     chunk = dict(known)
     missing = [i for i in ids if i not in chunk]
-    chunk.update((i, float(v @ query)) for i, v in store.chunk_vectors(missing).items())
+    chunk.update((i, float(v @ query)) for i, v in store.reads.chunk_vectors(missing).items())
     for i in ids:
         chunk[i] = max(0.0, chunk.get(i, 0.0))
     best = dict(chunk)
-    lines = {i: v for i, v in store.line_vectors(ids).items() if len(v)}
+    lines = {i: v for i, v in store.reads.line_vectors(ids).items() if len(v)}
     if not lines:
         return chunk, best
     # Every candidate's lines in one matrix: one product for the lines, one for the pairs.
@@ -384,7 +386,7 @@ def _decay(store: Store, hits: list[Hit], options: SearchOptions, now: float | N
     if not options.decay or not hits:
         return
     now = time.time() if now is None else now
-    ages = store.file_ages(h.path for h in hits)
+    ages = store.reads.file_ages(h.path for h in hits)
     rate = math.log(2) / options.half_life_days
     for hit in hits:
         info = ages.get(hit.path)

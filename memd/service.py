@@ -379,8 +379,7 @@ class MemoryService:
         stale = sorted(
             f.rel
             for f in found.files
-            if f.rel not in files
-            or (files[f.rel].size, files[f.rel].mtime_ns) != (f.size, f.mtime_ns)
+            if f.rel not in files or not files[f.rel].same_stat(f.size, f.mtime_ns)
         )
         removed = sorted(p for p, r in files.items() if p not in on_disk and r.source == "memory")
         errors = {p: r.error for p, r in files.items() if r.error}

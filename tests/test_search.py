@@ -140,7 +140,7 @@ def test_a_chunk_is_found_by_its_best_line(
     query = "adopted puppy Biscuit"
     qvec = fake.embed_query(query)
     with index.reader() as store:
-        by_chunk = [r.path for r in store.vector_candidates(qvec, None, 5)]
+        by_chunk = [r.path for r in store.reads.vector_candidates(qvec, None, 5)]
     assert by_chunk == ["memory/other.md", "memory/talk.md"], "by its own vector it comes last"
     outcome = search(index, query, opts(mode="vector", min_score=0.0), embedder=fake)
     assert paths(outcome) == ["memory/talk.md", "memory/other.md"]
@@ -326,7 +326,7 @@ def test_document_frequencies_follow_the_index(
     write("memory/2026-01-02.md", "A quiet day at the desk.\n")
     syncer.sync()
     with index.reader() as store:
-        assert store.doc_freqs(["heron", "river", "otter"]) == (
+        assert store.reads.doc_freqs(["heron", "river", "otter"]) == (
             {"heron": 1, "river": 1, "otter": 0},
             2,
         )
@@ -336,10 +336,10 @@ def test_document_frequencies_follow_the_index(
     syncer.sync()
     with index.reader() as store:
         assert store.conn is conn  # the pooled connection, with its memo
-        assert store.doc_freqs(["heron", "otter"]) == ({"heron": 4, "otter": 3}, 5)
+        assert store.reads.doc_freqs(["heron", "otter"]) == ({"heron": 4, "otter": 3}, 5)
     # "heron" is now in most chunks: it leaves the MATCH while the rarer "river" stays.
     with index.reader() as store:
-        match, _ = keyword_match("heron river", store.doc_freqs)
+        match, _ = keyword_match("heron river", store.reads.doc_freqs)
     assert match == '"river"'
 
 

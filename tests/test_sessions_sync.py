@@ -54,13 +54,13 @@ def test_growth_below_the_delta_waits(setup: tuple[Syncer, Path]) -> None:
     assert not syncer.sessions_due()
     syncer.sync()
     with syncer.index.reader() as store:
-        assert not store.keyword_candidates('"two"', None, 5)
+        assert not store.reads.keyword_candidates('"two"', None, 5)
     with path.open("a") as f:
         f.write(msg("three"))  # the third new message reaches the delta
     assert syncer.sessions_due()
     syncer.sync()
     with syncer.index.reader() as store:
-        assert store.keyword_candidates('"three"', None, 5)
+        assert store.reads.keyword_candidates('"three"', None, 5)
     assert rows(syncer)[-1][2] == 6
 
 
@@ -81,7 +81,7 @@ def test_bytes_delta_truncation_and_quiet_transcripts(setup: tuple[Syncer, Path]
     assert syncer.sessions_due()
     syncer.sync()
     with syncer.index.reader() as store:
-        assert store.keyword_candidates('"last"', None, 5)
+        assert store.reads.keyword_candidates('"last"', None, 5)
 
 
 def test_deleted_transcript_is_pruned(setup: tuple[Syncer, Path]) -> None:

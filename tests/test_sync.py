@@ -115,7 +115,9 @@ def test_edit_replaces_only_that_file(syncer: Syncer, write: WriteFile, index: I
     texts = {row[0] for row in dump(index)}
     assert texts == {"MEMORY.md", "memory/topic.md"}
     with index.reader() as store:
-        chunk = store.chunks_by_id([r.id for r in store.keyword_candidates('"python"', None, 5)])
+        chunk = store.reads.chunks_by_id(
+            [r.id for r in store.reads.keyword_candidates('"python"', None, 5)]
+        )
     assert [c.text for c in chunk] == ["Python notes instead"]
 
 
@@ -128,7 +130,7 @@ def test_deleted_file_rows_are_removed(syncer: Syncer, write: WriteFile, index: 
     assert report.removed == 1
     with index.reader() as store:
         assert set(store.files()) == {"MEMORY.md"}
-        assert store.keyword_candidates('"obsolete"', None, 5) == []
+        assert store.reads.keyword_candidates('"obsolete"', None, 5) == []
         assert index.writer().integrity() == []
 
 
@@ -157,7 +159,7 @@ def line_vectors(index: Index, path: str) -> np.ndarray | None:
         (chunk_id,) = [
             int(r[0]) for r in store.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))
         ]
-        return store.line_vectors([chunk_id]).get(chunk_id)
+        return store.reads.line_vectors([chunk_id]).get(chunk_id)
 
 
 @pytest.mark.parametrize("first_try_fails", [False, True])
@@ -299,7 +301,7 @@ def test_embedding_failure_keeps_file_pending_then_recovers(
         assert store.file("memory/new.md").pending == 1  # type: ignore[union-attr]
         assert store.file("memory/new.md").error  # type: ignore[union-attr]
         # keyword rows are usable before the vector exists
-        assert store.keyword_candidates('"rollout"', None, 5)
+        assert store.reads.keyword_candidates('"rollout"', None, 5)
     fake.fail = False
     # The next attempt waits for the backoff, so an outage does not stall every sync.
     assert syncer.backing_off()
@@ -370,10 +372,10 @@ def test_readers_keep_working_across_a_swap(syncer: Syncer, write: WriteFile, in
     write("MEMORY.md", NOTE)
     syncer.sync()
     with index.reader() as store:
-        assert store.keyword_candidates('"vault"', None, 5)
+        assert store.reads.keyword_candidates('"vault"', None, 5)
     syncer.rebuild()
     with index.reader() as store:
-        assert store.keyword_candidates('"vault"', None, 5)
+        assert store.reads.keyword_candidates('"vault"', None, 5)
 
 
 def test_oversized_file_is_skipped_and_reported(
@@ -399,7 +401,7 @@ def test_numpy_fallback_and_vec0_store_the_same_rows(
         assert idx.writer().integrity() == []
         with idx.reader() as store:
             assert store.vector_store == ("vec0" if use_vec else "plain")
-            rows = store.vector_candidates(fake.embed_query("green tea"), None, 3)
+            rows = store.reads.vector_candidates(fake.embed_query("green tea"), None, 3)
         assert rows and rows[0].path == "MEMORY.md"
         if not use_vec:
             assert "disabled" in idx.vec.error
@@ -499,9 +501,9 @@ def test_writes_during_a_rebuild_reach_the_new_index(
     assert not report.rebuilt and report.indexed == 1
     with index.reader() as store:  # live index: old identity, new text searchable at once
         assert store.identity()["model"] == "fake-bow"  # type: ignore[index]
-        assert store.keyword_candidates('"during"', None, 5)
+        assert store.reads.keyword_candidates('"during"', None, 5)
         assert store.vector_ids() == {
-            r.id for r in store.chunks_by_id(range(1, 100)) if r.path == "MEMORY.md"
+            r.id for r in store.reads.chunks_by_id(range(1, 100)) if r.path == "MEMORY.md"
         }
     gate.set()
     builder.join(20)

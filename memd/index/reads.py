@@ -58,11 +58,12 @@ def _freq_memo(conn: apsw.Connection) -> _FreqMemo:
 
 
 class SearchReads:
-    """Read-only SQL for search, mixed into Store (which sets these attributes)."""
+    """Read-only SQL for search over one connection; every Store holds one as ``reads``."""
 
-    conn: apsw.Connection
-    vector_store: VectorStore
-    dims: int
+    def __init__(self, conn: apsw.Connection, vector_store: VectorStore, dims: int) -> None:
+        self.conn = conn
+        self.vector_store = vector_store
+        self.dims = dims
 
     def doc_freqs(self, terms: list[str]) -> tuple[dict[str, int], int]:
         """How many chunks hold each term (after the index's own stemming), and the chunk count.

@@ -38,6 +38,11 @@ class FileRow:
     pending: int
     error: str | None
 
+    def same_stat(self, size: int, mtime_ns: int) -> bool:
+        """Whether the file on disk still has the size and mtime it was indexed with (a file
+        whose stat changed is read again; the content hash then decides)."""
+        return (self.size, self.mtime_ns) == (size, mtime_ns)
+
 
 @dataclass(frozen=True)
 class NewChunk:
@@ -59,13 +64,14 @@ def _path_words(path: str) -> str:
     return " ".join(word_tokens(path))
 
 
-class Store(SearchReads):
+class Store:
     """SQL over one open connection. Writes must run inside :func:`atomic`."""
 
     def __init__(self, conn: apsw.Connection, vector_store: VectorStore, dims: int) -> None:
         self.conn = conn
         self.vector_store = vector_store
         self.dims = dims
+        self.reads = SearchReads(conn, vector_store, dims)
 
     # -- meta -----------------------------------------------------------------------------------
 

@@ -29,9 +29,10 @@ from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
 from memd.index.report import IndexEntry, SyncReport
 from memd.index.store import FileRow, NewChunk, Store, VectorStore
-from memd.index.transcripts import TranscriptSync
+from memd.index.transcripts import Transcripts
 from memd.redact import redact
 from memd.sessions.transcript import map_lines
+from memd.watch.layout import RESCAN_SESSIONS, RESCANS
 from memd.workspace import SourceFile, discover, memory_file, read_regular
 
 __all__ = ["Progress", "SyncReport", "Syncer"]
@@ -55,7 +56,7 @@ def decode_memory(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
-class Syncer(TranscriptSync):
+class Syncer:
     """Indexes one workspace with one embedder (or none). Not thread-safe: one writer only."""
 
     def __init__(
@@ -77,8 +78,11 @@ class Syncer(TranscriptSync):
         self.embedder = embedder
         self.cache = cache
         self.extra_paths = extra_paths
-        self.sessions_dir = sessions_dir
-        self.sessions = sessions or SessionsConfig()
+        self.transcripts = (
+            Transcripts(sessions_dir, sessions or SessionsConfig(), redact_text=config.redact)
+            if sessions_dir is not None
+            else None
+        )
         # True when the embedder is None because a provider is unavailable (not by choice):
         # then an index with vectors is kept as it is instead of being rebuilt keyword-only.
         self.protect = protect
@@ -98,6 +102,14 @@ class Syncer(TranscriptSync):
         # Held by every write to the live index; a rebuild holds it only to publish.
         self.lock = threading.RLock()
         self.rebuilding = False
+
+    @property
+    def sessions_dir(self) -> Path | None:
+        return self.transcripts.directory if self.transcripts is not None else None
+
+    def sessions_due(self) -> bool:
+        """Whether some transcript should be reindexed now (checked cheaply every few seconds)."""
+        return self.transcripts is not None and self.transcripts.due(self.index)
 
     # -- identity -------------------------------------------------------------------------------
 
@@ -284,9 +296,15 @@ class Syncer(TranscriptSync):
             self._sync_one(
                 store, f, stored.get(f.rel), report, model, same_vectors, now_ns, look=look
             )
-        if self.sessions_dir is not None:
-            self._reconcile_sessions(
-                store, report, stored, fresh=fresh, model=model, same_vectors=same_vectors
+        if self.transcripts is not None:
+            self.transcripts.reconcile(
+                store,
+                report,
+                stored,
+                fresh=fresh,
+                index_file=lambda entry, text: self._index_file(
+                    store, entry, text, model, report, same_vectors
+                ),
             )
         if found.complete:
             present = {f.rel for f in found.files}
@@ -313,7 +331,7 @@ class Syncer(TranscriptSync):
         (``cp -p`` and ``touch -r`` rewrite a file and keep its size and mtime).
         """
         racy = now_ns - f.mtime_ns < RACY_NS
-        same_stat = row and row.size == f.size and row.mtime_ns == f.mtime_ns
+        same_stat = row is not None and row.same_stat(f.size, f.mtime_ns)
         if same_stat and not racy and not look:
             report.unchanged += 1
             return
@@ -326,7 +344,7 @@ class Syncer(TranscriptSync):
             return  # gone since the walk (or now a folder, link or FIFO); the next sync drops it
         file_hash = hashlib.sha256(data).hexdigest()
         if row and row.hash == file_hash:
-            if row.size != f.size or row.mtime_ns != f.mtime_ns:
+            if not row.same_stat(f.size, f.mtime_ns):
                 with atomic(store.conn):
                     store.touch_file(f.rel, f.mtime_ns, f.size)
             report.unchanged += 1
@@ -442,25 +460,23 @@ class Syncer(TranscriptSync):
     def _reconcile_some(
         self, store: Store, report: SyncReport, progress: Progress | None, paths: set[str] | None
     ) -> None:
-        """Reconcile what ``paths`` names: all files (None or "*"), only the transcripts
-        ("sessions/*"), or just the listed memory files."""
-        if paths is not None and paths and paths <= {"sessions/*"}:
-            if self.sessions_dir is not None:
+        """Reconcile what ``paths`` names: all files (None or RESCAN_ALL), only the transcripts
+        (RESCAN_SESSIONS), or just the listed memory files."""
+        if paths and paths <= {RESCAN_SESSIONS}:
+            if self.transcripts is not None:
                 stored = {p: r for p, r in store.files().items() if r.source == "sessions"}
-                self._reconcile_sessions(
+                model, same_vectors = self._model(store), self._same_vectors(store)
+                self.transcripts.reconcile(
                     store,
                     report,
                     stored,
                     fresh=False,
-                    model=self._model(store),
-                    same_vectors=self._same_vectors(store),
+                    index_file=lambda entry, text: self._index_file(
+                        store, entry, text, model, report, same_vectors
+                    ),
                 )
             return
-        if (
-            paths
-            and not any("*" in p for p in paths)
-            and self._reconcile_paths(store, report, paths)
-        ):
+        if paths and not paths & RESCANS and self._reconcile_paths(store, report, paths):
             return
         look, self.look_next = self.look_next, False
         self._reconcile(store, report, progress, fresh=False, look=look)

@@ -1,12 +1,12 @@
-"""Transcripts in the syncer: when a grown transcript is reindexed, and how it is stored."""
+"""A workspace's session transcripts in the index: which are due, and what is stored of them."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from memd.config import IndexConfig, SessionsConfig
+from memd.config import SessionsConfig
 from memd.index.db import atomic
 from memd.index.index import Index
 from memd.index.report import IndexEntry, SyncReport
@@ -14,52 +14,43 @@ from memd.index.store import FileRow, Store
 from memd.redact import redact
 from memd.sessions.transcript import list_transcripts, render
 
-__all__ = ["TranscriptSync"]
+__all__ = ["Transcripts"]
 
 
-class TranscriptSync:
-    """The transcript half of Syncer (a mixin: Syncer provides the attributes below)."""
+class Transcripts:
+    """The transcripts directory of one workspace, held by its Syncer.
 
-    index: Index
-    config: IndexConfig
-    sessions_dir: Path | None
-    sessions: SessionsConfig
+    A transcript that grows is not reindexed on every message: only when it grew by the
+    configured delta, went quiet, or was rewritten.
+    """
 
-    if TYPE_CHECKING:
+    def __init__(self, directory: Path, limits: SessionsConfig, *, redact_text: bool) -> None:
+        self.directory = directory
+        self.limits = limits
+        self.redact_text = redact_text
 
-        def _index_file(
-            self,
-            store: Store,
-            entry: IndexEntry,
-            text: str,
-            model: str,
-            report: SyncReport,
-            same_vectors: bool,
-        ) -> None: ...
-
-    def _reconcile_sessions(
+    def reconcile(
         self,
         store: Store,
         report: SyncReport,
         stored: dict[str, FileRow],
         *,
         fresh: bool,
-        model: str,
-        same_vectors: bool,
+        index_file: Callable[[IndexEntry, str], None],
     ) -> None:
-        """Index transcripts that are new, rewritten, grew past the delta, or went quiet."""
-        assert self.sessions_dir is not None
-        files, complete = list_transcripts(self.sessions_dir)
+        """Index (with ``index_file``) the transcripts that are new, rewritten, grew past the
+        delta or went quiet; drop the rows of those that are gone."""
+        files, complete = list_transcripts(self.directory)
         present = set()
-        redact_fn = redact if self.config.redact else None
+        redact_fn = redact if self.redact_text else None
         for t in files:
             rel = f"sessions/{t.name}"
             present.add(rel)
             row = stored.get(rel)
-            if row and (row.size, row.mtime_ns) == (t.size, t.mtime_ns):
+            if row and row.same_stat(t.size, t.mtime_ns):
                 report.unchanged += 1
                 continue
-            if row and not fresh and not self._session_due(t.abs, row.size, t.mtime_ns):
+            if row and not fresh and not self._due(t.abs, row.size, t.mtime_ns):
                 continue  # grew, but not enough yet: indexed when it passes the delta or rests
             try:
                 rendered = render(t.abs.read_bytes(), redact=redact_fn)
@@ -83,15 +74,15 @@ class TranscriptSync:
                 rendered.hash,
                 rendered.line_map,
             )
-            self._index_file(store, entry, rendered.text, model, report, same_vectors)
+            index_file(entry, rendered.text)
         if complete:
             gone = [p for p, r in stored.items() if p not in present and r.source == "sessions"]
             for path in gone:
                 store.remove(path)
                 report.removed += 1
 
-    def _session_due(self, path: Path, indexed_size: int, mtime_ns: int) -> bool:
-        limits = self.sessions
+    def _due(self, path: Path, indexed_size: int, mtime_ns: int) -> bool:
+        limits = self.limits
         try:
             size = path.stat().st_size
         except OSError:
@@ -109,12 +100,10 @@ class TranscriptSync:
             f.seek(indexed_size)
             return f.read(grown).count(b"\n") >= limits.delta_messages
 
-    def sessions_due(self) -> bool:
+    def due(self, index: Index) -> bool:
         """Whether some transcript should be reindexed now (checked cheaply every few seconds)."""
-        if self.sessions_dir is None:
-            return False
-        files, _ = list_transcripts(self.sessions_dir)
-        with self.index.reader() as store:
+        files, _ = list_transcripts(self.directory)
+        with index.reader() as store:
             rows = {p: r for p, r in store.files().items() if r.source == "sessions"}
         names = {f"sessions/{t.name}" for t in files}
         if set(rows) - names:
@@ -123,8 +112,6 @@ class TranscriptSync:
             row = rows.get(f"sessions/{t.name}")
             if row is None:
                 return True
-            if (row.size, row.mtime_ns) != (t.size, t.mtime_ns) and self._session_due(
-                t.abs, row.size, t.mtime_ns
-            ):
+            if not row.same_stat(t.size, t.mtime_ns) and self._due(t.abs, row.size, t.mtime_ns):
                 return True
         return False

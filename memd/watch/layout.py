@@ -11,12 +11,17 @@ from pathlib import Path
 
 from memd.workspace import is_ignored, resolve_extra_paths
 
-__all__ = ["RESCAN_ALL", "WatchLayout"]
+__all__ = ["RESCANS", "RESCAN_ALL", "RESCAN_SESSIONS", "WatchLayout"]
 
 logger = logging.getLogger(__name__)
 
+# The keys of a workspace's changes (the watcher's, then the writer's queue, then a sync's):
+# workspace-relative paths of memory files, or one of these two.
 RESCAN_ALL = "*"
 """The key meaning "rescan the whole workspace": a directory changed, or events may be lost."""
+RESCAN_SESSIONS = "sessions/*"
+"""The key meaning "rescan the session transcripts" (they are checked by a stat pass)."""
+RESCANS = frozenset({RESCAN_ALL, RESCAN_SESSIONS})
 
 _EVERGREEN = frozenset({"MEMORY.md", "memory.md"})
 
