@@ -296,16 +296,7 @@ class Syncer:
             self._sync_one(
                 store, f, stored.get(f.rel), report, model, same_vectors, now_ns, look=look
             )
-        if self.transcripts is not None:
-            self.transcripts.reconcile(
-                store,
-                report,
-                stored,
-                fresh=fresh,
-                index_file=lambda entry, text: self._index_file(
-                    store, entry, text, model, report, same_vectors
-                ),
-            )
+        self._reconcile_transcripts(store, report, stored, fresh, model, same_vectors)
         if found.complete:
             present = {f.rel for f in found.files}
             gone = [p for p, r in stored.items() if p not in present and r.source == "memory"]
@@ -457,24 +448,35 @@ class Syncer:
         self.embed_failures += 1
         self.retry_at = time.monotonic() + min(3600.0, 30.0 * 2 ** (self.embed_failures - 1))
 
+    def _reconcile_transcripts(
+        self,
+        store: Store,
+        report: SyncReport,
+        stored: dict[str, FileRow],
+        fresh: bool,
+        model: str,
+        same_vectors: bool,
+    ) -> None:
+        if self.transcripts is not None:
+            self.transcripts.reconcile(
+                store,
+                report,
+                stored,
+                fresh=fresh,
+                index_file=lambda entry, text: self._index_file(
+                    store, entry, text, model, report, same_vectors
+                ),
+            )
+
     def _reconcile_some(
         self, store: Store, report: SyncReport, progress: Progress | None, paths: set[str] | None
     ) -> None:
         """Reconcile what ``paths`` names: all files (None or RESCAN_ALL), only the transcripts
         (RESCAN_SESSIONS), or just the listed memory files."""
         if paths and paths <= {RESCAN_SESSIONS}:
-            if self.transcripts is not None:
-                stored = {p: r for p, r in store.files().items() if r.source == "sessions"}
-                model, same_vectors = self._model(store), self._same_vectors(store)
-                self.transcripts.reconcile(
-                    store,
-                    report,
-                    stored,
-                    fresh=False,
-                    index_file=lambda entry, text: self._index_file(
-                        store, entry, text, model, report, same_vectors
-                    ),
-                )
+            stored = {p: r for p, r in store.files().items() if r.source == "sessions"}
+            model, same_vectors = self._model(store), self._same_vectors(store)
+            self._reconcile_transcripts(store, report, stored, False, model, same_vectors)
             return
         if paths and not paths & RESCANS and self._reconcile_paths(store, report, paths):
             return
