@@ -92,7 +92,14 @@ class Api:
         assert ref is not None
         return self.service.workspace(ref)
 
-    def freshness(self, ws: Workspace, *, waited_ms: int = 0) -> dict[str, Any]:
+    def freshness(
+        self, ws: Workspace, *, waited_ms: int = 0, walked_stale: int = 0
+    ) -> dict[str, Any]:
+        """How far the index of ``ws`` is behind its files, as every reply carries it.
+
+        ``walked_stale``: files a walk of the workspace found changed (status walks it), which
+        count as pending even before the watcher reports them.
+        """
         watcher = self.watcher_state(ws)
         watched = set(watcher.get("pending_keys") or ())
         queued = self.indexer.dirty_keys(ws)
@@ -106,7 +113,7 @@ class Api:
                 for k in watched | queued
                 if k not in RESCANS and not _indexed_as_on_disk(store, ws.root, k)
             }
-        pending = len(stale)
+        pending = max(len(stale), walked_stale)
         if queued & RESCANS:
             pending += 1  # a rescan is queued: something may have changed
         last_event = watcher.get("last_event_at")
@@ -181,11 +188,7 @@ class Api:
                 "enabled": self.service.config.dreaming.enabled,
                 "next_run": nxt.isoformat() if nxt else None,
             }
-            fresh = st["freshness"] = self.freshness(ws)
-            # status walked the workspace itself: files it saw differ from the index count as
-            # pending even before (or without) the watcher reporting them.
-            fresh["pending_files"] = max(fresh["pending_files"], st["files_stale"])
-            fresh["fresh"] = fresh["pending_files"] == 0
+            st["freshness"] = self.freshness(ws, walked_stale=st["files_stale"])
             watcher = dict(self.watcher_state(ws))
             watcher["pending_keys"] = sorted(watcher.get("pending_keys") or ())
             st["watcher"] = watcher

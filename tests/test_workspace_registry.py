@@ -127,6 +127,7 @@ def test_skipped_files_and_a_vanished_workspace_are_never_fresh(tmp_path: Path) 
         c.reindex("ws")
         st = c.status("ws")["workspaces"][0]
         assert st["dirty"] and [s["path"] for s in st["files_skipped"]] == [grown["path"]]
+        assert not st["freshness"]["fresh"] and st["freshness"]["skipped_files"] == 1
         reply = c.search("ws", "staging", mode="keyword")
         assert reply["freshness"]["skipped_files"] == 1 and not reply["freshness"]["fresh"]
         # The workspace directory is deleted: its index is still there, but never fresh.
@@ -134,7 +135,8 @@ def test_skipped_files_and_a_vanished_workspace_are_never_fresh(tmp_path: Path) 
         reply = c.search("ws", "staging", mode="keyword")
         assert not reply["freshness"]["fresh"]
         assert any("is gone" in p for p in reply["freshness"]["problems"])
-        assert c.status("ws")["workspaces"][0]["dirty"]
+        gone = c.status("ws")["workspaces"][0]
+        assert gone["dirty"] and not gone["freshness"]["fresh"]
 
 
 def test_append_with_the_same_idempotency_key_writes_once(tmp_path: Path) -> None:
