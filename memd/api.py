@@ -43,6 +43,7 @@ __all__ = ["Api"]
 
 MAX_WAIT_MS = 60_000
 APPEND_WAIT_SECONDS = 60.0
+PROMOTE_WAIT_SECONDS = 60.0
 APPEND_KEYS_KEPT = 10_000
 APPEND_KEY_SECONDS = 600.0
 
@@ -445,20 +446,31 @@ class Api:
             thresholds = dataclasses.replace(thresholds, **overrides)
         if self.recorder is not None:
             self.recorder.wait_idle()
-        apply = bool(bool_param(params, "apply"))
+        explain = str_param(params, "explain", required=False)
+        include_promoted = bool(bool_param(params, "include_promoted"))
         with _workspace_write("promote"):
-            result = run_promotion(
-                ws.root,
-                thresholds,
-                apply=apply,
-                explain=str_param(params, "explain", required=False),
-                include_promoted=bool(bool_param(params, "include_promoted")),
-                max_chars=self.service.config.dreaming.memory_max_chars,
-                timezone=self.service.config.timezone,
-                clock=self.clock,
-            )
-        if apply and result["applied"]:
-            self._wait_fresh(ws, 10_000)  # MEMORY.md changed: searchable before we answer
+            if bool_param(params, "apply"):
+                # MEMORY.md is written by the writer, and searchable before the reply.
+                future = self.indexer.promote(
+                    ws, thresholds, explain=explain, include_promoted=include_promoted
+                )
+                try:
+                    result = future.result(timeout=PROMOTE_WAIT_SECONDS)
+                except FutureTimeout:
+                    raise Timeout(
+                        "promote: the writer did not finish within 60 s; the promotion goes on "
+                        "and MEMORY.md will show it"
+                    ) from None
+            else:  # a dry run only reads
+                result = run_promotion(
+                    ws.root,
+                    thresholds,
+                    explain=explain,
+                    include_promoted=include_promoted,
+                    max_chars=self.service.config.dreaming.memory_max_chars,
+                    timezone=self.service.config.timezone,
+                    clock=self.clock,
+                )
         result["workspace"] = ws.name
         return result
 

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import dataclasses
 import fcntl
+import functools
 import gc
 import logging
 import os
@@ -20,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
@@ -27,7 +29,6 @@ from typing import Any
 
 from memd.api import Api
 from memd.config import Config
-from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import SCHEDULED
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
@@ -55,6 +56,14 @@ HEALTH_EVERY_S = 5.0
 # After a burst of indexing, how long the daemon waits for quiet before handing freed memory
 # back to the OS (glibc keeps a process at its high-water mark otherwise).
 RELEASE_AFTER_S = 10.0
+
+
+def _log_promotion(future: Future[dict[str, Any]], *, name: str) -> None:
+    exc = future.exception()
+    if exc is not None:
+        logger.warning("scheduled promotion in %s failed: %s", name, exc)
+    else:
+        logger.info("scheduled promotion in %s: %d promoted", name, len(future.result()["applied"]))
 
 
 def release_memory() -> None:
@@ -150,7 +159,7 @@ class Daemon:
         self.service = service
         for entry in load_registry(self.registry_path):
             service.open_registered(entry)
-        self.indexer = Indexer(service)
+        self.indexer = Indexer(service, clock=self.clock)
         self.indexer.start()
         self.recorder = RecallRecorder(timezone=self.config.timezone, clock=self.clock)
         self.recorder.start()
@@ -351,29 +360,17 @@ class Daemon:
                 logger.warning("checking transcripts of %s failed: %s", ws.name, exc)
 
     def _maybe_promote(self) -> None:
-        """The scheduled promotion: once per due slot (a missed slot runs once, at start)."""
+        """The scheduled promotion: once per due slot (a missed slot runs once, at start).
+        Each workspace's is a job of the writer; this loop does not wait for them."""
         assert self.schedule is not None
-        if not self.schedule.due() or self.service is None:
+        if not self.schedule.due() or self.service is None or self.indexer is None:
             return
         self.schedule.mark_ran()
         if self.recorder is not None:
             self.recorder.wait_idle()
         for ws in self.service.workspaces():
-            try:
-                result = run_promotion(
-                    ws.root,
-                    SCHEDULED,
-                    apply=True,
-                    max_chars=self.config.dreaming.memory_max_chars,
-                    timezone=self.config.timezone,
-                    clock=self.clock,
-                )
-            except Exception as exc:
-                logger.warning("scheduled promotion in %s failed: %s", ws.name, exc)
-                continue
-            if result["applied"] and self.indexer is not None:
-                self.indexer.request_sync(ws, {"MEMORY.md"})
-            logger.info("scheduled promotion in %s: %d promoted", ws.name, len(result["applied"]))
+            future = self.indexer.promote(ws, SCHEDULED)
+            future.add_done_callback(functools.partial(_log_promotion, name=ws.name))
 
     def _watch(self, ws: Workspace) -> None:
         indexer = self.indexer

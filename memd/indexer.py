@@ -1,7 +1,7 @@
 """The single writer: one thread applies every index write of every workspace.
 
-Watcher batches, periodic reconciles, appends and read-your-writes waits all become jobs on one
-priority queue; between jobs the thread embeds pending files one at a time, so a long embedding
+Watcher batches, periodic reconciles, appends, promotions into MEMORY.md and read-your-writes
+waits all become jobs on one priority queue; between jobs the thread embeds pending files one at a time, so a long embedding
 backlog never holds up a write that someone waits for. A rebuild (new model or chunking) runs on
 a thread of its own, building a new file while the live index keeps serving and taking writes.
 """
@@ -15,11 +15,15 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memd.dreams.dreaming import run_promotion
+from memd.dreams.ranking import Thresholds
 from memd.index.sync import SyncReport
 from memd.journal import Appended, append_daily
 from memd.service import MemoryService, Workspace
@@ -54,8 +58,11 @@ class _State:
 
 
 class Indexer:
-    def __init__(self, service: MemoryService) -> None:
+    def __init__(
+        self, service: MemoryService, *, clock: Callable[[], datetime] | None = None
+    ) -> None:
         self.service = service
+        self.clock = clock  # the promotion's "now" (tests set it)
         self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
         self._seq = itertools.count(1)
         self._states: dict[Path, _State] = {}
@@ -118,6 +125,28 @@ class Indexer:
     def append(self, ws: Workspace, text: str) -> Future[Appended]:
         """Append ``text`` to today's daily log of ``ws``; resolves once it is searchable."""
         job = _Job(URGENT, next(self._seq), "append", ws.root, Future(), payload=text)
+        self._check_running()
+        self._queue.put(job)
+        return job.future
+
+    def promote(
+        self,
+        ws: Workspace,
+        thresholds: Thresholds,
+        *,
+        explain: str | None = None,
+        include_promoted: bool = False,
+    ) -> Future[dict[str, Any]]:
+        """Promote the short-term memories of ``ws`` that pass ``thresholds`` into MEMORY.md;
+        resolves (with the promotion's result) once the promoted lines are searchable."""
+        job = _Job(
+            URGENT,
+            next(self._seq),
+            "promote",
+            ws.root,
+            Future(),
+            payload=(thresholds, explain, include_promoted),
+        )
         self._check_running()
         self._queue.put(job)
         return job.future
@@ -188,6 +217,8 @@ class Indexer:
                 job.future.set_result(self._sync(ws, job))
             elif job.kind == "append":
                 self._append_batch(ws, job)
+            elif job.kind == "promote":
+                job.future.set_result(self._promote(ws, *job.payload))
         except Exception as exc:  # handed to whoever waits; the writer goes on
             logger.warning("%s of %s failed: %s", job.kind, ws.name, exc)
             job.future.set_exception(exc)
@@ -229,6 +260,26 @@ class Indexer:
             return
         for job, appended in written:
             job.future.set_result(appended)
+
+    def _promote(
+        self, ws: Workspace, thresholds: Thresholds, explain: str | None, include_promoted: bool
+    ) -> dict[str, Any]:
+        config = self.service.config
+        result = run_promotion(
+            ws.root,
+            thresholds,
+            apply=True,
+            explain=explain,
+            include_promoted=include_promoted,
+            max_chars=config.dreaming.memory_max_chars,
+            timezone=config.timezone,
+            clock=self.clock,
+        )
+        if result["applied"]:
+            with self._lock:
+                self._states.setdefault(ws.root, _State()).dirty.add("MEMORY.md")
+            self._sync(ws, None)
+        return result
 
     def _take_queued_appends(self, root: Path, limit: int = 256) -> list[_Job]:
         """Remove and return the appends queued for ``root``, oldest first."""
