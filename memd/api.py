@@ -44,6 +44,8 @@ __all__ = ["Api"]
 MAX_WAIT_MS = 60_000
 APPEND_WAIT_SECONDS = 60.0
 PROMOTE_WAIT_SECONDS = 60.0
+# How long the first search of a never-indexed workspace waits for its keyword rows.
+FIRST_INDEX_WAIT_MS = 10_000
 APPEND_KEYS_KEPT = 10_000
 APPEND_KEY_SECONDS = 600.0
 
@@ -248,6 +250,9 @@ class Api:
         max_results = (
             int_param(params, "max_results", 1, 100) or self.service.config.search.max_results
         )
+        if not wait_ms and ws.syncer.last_sync is None and self.service.never_indexed(ws):
+            # A workspace added a moment ago: its keyword rows come from the writer first.
+            wait_ms = FIRST_INDEX_WAIT_MS
         waited = self._wait_fresh(ws, wait_ms) if wait_ms else 0
         results: list[dict[str, Any]] = []
         outcome = None
@@ -255,6 +260,7 @@ class Api:
             outcome = self.service.search(
                 ws.name,
                 query,
+                index_first=False,
                 # MEMORY.md hits are dropped below for callers that may not see them: ask for
                 # a few more so the reply still has max_results when it can.
                 max_results=min(100, max_results + (5 if no_longterm else 0)),

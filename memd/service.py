@@ -290,12 +290,16 @@ class MemoryService:
         ws.last_report = report
         return report
 
-    def search(self, ref: str, query: str, **overrides: Any) -> SearchOutcome:
-        """Search one workspace; a never-indexed workspace gets its keyword rows first."""
+    def search(
+        self, ref: str, query: str, *, index_first: bool = True, **overrides: Any
+    ) -> SearchOutcome:
+        """Search one workspace. A never-indexed workspace gets its keyword rows first, here
+        (``index_first``, for a service used without a daemon), or by the daemon's writer
+        before it calls this (``index_first=False``)."""
         if not isinstance(query, str):
             raise BadRequest("query must be a string")
         ws = self.workspace(ref)
-        if ws.syncer.last_sync is None and self._never_indexed(ws):
+        if index_first and ws.syncer.last_sync is None and self.never_indexed(ws):
             self.sync(ref, embed=False)
         options = SearchOptions.from_config(self.config.search, **overrides)
         try:
@@ -311,7 +315,7 @@ class MemoryService:
             return outcome
 
     @staticmethod
-    def _never_indexed(ws: Workspace) -> bool:
+    def never_indexed(ws: Workspace) -> bool:
         with ws.index.reader() as store:
             return store.identity() is None
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import memd_client
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
+from memd.index.sync import Syncer, SyncReport
 from memd_client.errors import BadRequest, PathRefused, UnknownMethod, UnknownWorkspace
 
 from .daemon_fixture import running_daemon
@@ -83,6 +85,31 @@ def test_every_method(daemon: Daemon, ws: Path) -> None:
         assert st["watcher"]["state"] in ("watching", "polling")
         assert c.call("workspace_remove", workspace="agent") == {"removed": True}
         assert c.call("workspace_list") == {"workspaces": [], "missing": []}
+
+
+def test_the_first_search_of_a_new_workspace_is_indexed_by_the_writer(
+    daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Searched right after it was added (no wait_ms), while the writer is still busy with its
+    first sync: the reply waits for the writer, has results, and no connection thread wrote
+    the index. (The writer's first sync is slowed by a wrapper: a busy writer cannot be
+    arranged otherwise.)"""
+    threads: list[str] = []
+    original = Syncer.sync
+
+    def sync(self: Syncer, *args: Any, **kwargs: Any) -> SyncReport:
+        threads.append(threading.current_thread().name)
+        if len(threads) == 1:
+            time.sleep(0.5)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Syncer, "sync", sync)
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        found = c.call("search", workspace="agent", query="staging cluster", mode="keyword")
+    assert found["results"] and found["results"][0]["path"] == "MEMORY.md"
+    assert found["freshness"]["waited_ms"] > 0
+    assert threads and set(threads) == {"memd-writer"}, threads
 
 
 def test_error_paths_keep_the_connection(daemon: Daemon, ws: Path) -> None:
