@@ -5,7 +5,7 @@ from that time, so a slow reply delays the requests behind it instead of hiding 
 (coordinated omission). The mix is 70% search (keyword and hybrid alternating), 20% get and
 10% append, while an editor rewrites a few files every 100 ms. Pass: zero errors, every
 appended text on disk and searchable, and no upward trend in the daemon's RSS, threads, fds or
-WAL. Latency percentiles are printed, not asserted (SPEC §12: timed figures belong to the
+WAL. Latency percentiles are printed, not asserted (timed figures belong to the
 benchmarks; `bench/load_bench.py` is the full run).
 
 MEMD_LOAD_SECONDS (default 8) lengthens the run; MEMD_LOAD_RATE (default 50 req/s) sets the
