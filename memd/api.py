@@ -31,9 +31,9 @@ from memd.files import MemoryPath
 from memd.index.store import Store
 from memd.indexer import URGENT, Indexer
 from memd.params import bool_param, float_param, int_param, only, str_param
-from memd.registry import save_registry
+from memd.registry import Workspace, save_registry
 from memd.scopes import Caller, allowed_sources, is_longterm
-from memd.service import MemoryService, Workspace
+from memd.service import MemoryService
 from memd.text import first_control
 from memd.watch.layout import RESCAN_ALL, RESCANS
 from memd_client.errors import BadRequest, IndexError_, PathRefused, Timeout
@@ -93,7 +93,7 @@ class Api:
     def _ws(self, params: Mapping[str, Any]) -> Workspace:
         ref = str_param(params, "workspace")
         assert ref is not None
-        return self.service.workspace(ref)
+        return self.service.registry.get(ref)
 
     def freshness(
         self, ws: Workspace, *, waited_ms: int = 0, walked_stale: int = 0
@@ -162,7 +162,9 @@ class Api:
     def status(self, params: Mapping[str, Any]) -> dict[str, Any]:
         only(params, "workspace")
         targets = (
-            [self._ws(params)] if params.get("workspace") is not None else self.service.workspaces()
+            [self._ws(params)]
+            if params.get("workspace") is not None
+            else self.service.registry.all()
         )
         with self._process.oneshot():
             daemon = {
@@ -176,7 +178,7 @@ class Api:
                 "threads": self._process.num_threads(),
                 "connections": self.connections,
                 "socket": self.socket_path,
-                "missing_workspaces": sorted(self.service.missing),
+                "missing_workspaces": sorted(self.service.registry.missing),
             }
         workspaces = []
         for ws in targets:
@@ -483,7 +485,9 @@ class Api:
     def reindex(self, params: Mapping[str, Any]) -> dict[str, Any]:
         only(params, "workspace", "force", "wait")
         targets = (
-            [self._ws(params)] if params.get("workspace") is not None else self.service.workspaces()
+            [self._ws(params)]
+            if params.get("workspace") is not None
+            else self.service.registry.all()
         )
         force = bool(bool_param(params, "force"))
         wait = bool_param(params, "wait")
@@ -521,7 +525,7 @@ class Api:
         sessions_dir = str_param(params, "sessions_dir", required=False) or ""
         if sessions_dir and not os.path.isabs(sessions_dir):
             raise BadRequest("sessions_dir must be absolute")
-        ws = self.service.add_workspace(
+        ws = self.service.registry.add(
             path,
             name=str_param(params, "name", required=False) or "",
             extra_paths=tuple(extra),
@@ -537,28 +541,28 @@ class Api:
     def workspace_remove(self, params: Mapping[str, Any]) -> dict[str, Any]:
         only(params, "workspace")
         ref = str_param(params, "workspace")
-        if ref is not None and self.service.forget_missing(ref):
+        if ref is not None and self.service.registry.forget_missing(ref):
             self._save_registry()
             return {"removed": True}
         ws = self._ws(params)
         if self.on_workspace_removed:
             self.on_workspace_removed(ws)
-        removed = self.service.remove_workspace(ws.name)
+        removed = self.service.registry.remove(ws.name)
         self._save_registry()
         return {"removed": removed}
 
     def workspace_list(self, params: Mapping[str, Any]) -> dict[str, Any]:
         only(params)
         return {
-            "workspaces": [_ws_entry(ws) for ws in self.service.workspaces()],
-            "missing": list(self.service.missing.values()),
+            "workspaces": [_ws_entry(ws) for ws in self.service.registry.all()],
+            "missing": list(self.service.registry.missing.values()),
         }
 
     # -- registry -------------------------------------------------------------------------------
 
     def _save_registry(self) -> None:
-        entries = [_ws_entry(ws) for ws in self.service.workspaces()]
-        entries += list(self.service.missing.values())  # kept until they come back or go
+        entries = [_ws_entry(ws) for ws in self.service.registry.all()]
+        entries += list(self.service.registry.missing.values())  # kept until they come back or go
         with self._registry_lock:
             save_registry(self.registry, entries)
 

@@ -43,7 +43,7 @@ def _service(ctx: click.Context) -> Iterator[MemoryService]:
 
 def _open(service: MemoryService, workspace: str) -> str:
     """The one-shot commands work on the directory they are given, registered or not."""
-    return service.add_workspace(Path(workspace).resolve()).name
+    return service.registry.add(Path(workspace).resolve()).name
 
 
 def _progress(phase: str, done: int, total: int) -> None:

@@ -37,8 +37,8 @@ from memd.fileio import make_private
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
-from memd.registry import load_registry
-from memd.service import MemoryService, Workspace
+from memd.registry import Workspace, load_registry
+from memd.service import MemoryService
 from memd.watch import RESCAN_SESSIONS, WorkspaceWatcher
 from memd_client.errors import MemdError
 from memd_client.paths import socket_path
@@ -158,8 +158,8 @@ class Daemon:
         service = MemoryService(self.config, choice=self.choice)
         self.service = service
         for entry in load_registry(self.registry_path):
-            service.open_registered(entry)
-        self.indexer = Indexer(service, clock=self.clock)
+            service.registry.open_registered(entry)
+        self.indexer = Indexer(service.registry, self.config, clock=self.clock)
         self.indexer.start()
         self.recorder = RecallRecorder(timezone=self.config.timezone, clock=self.clock)
         self.recorder.start()
@@ -170,7 +170,7 @@ class Daemon:
                 state_path=self.config.state_dir / "dreaming.json",
                 clock=self.clock,
             )
-        for ws in service.workspaces():
+        for ws in service.registry.all():
             self._watch(ws)
             self.indexer.request_sync(ws, priority=RECONCILE)  # the start-up reconcile
         self.api = Api(
@@ -194,7 +194,7 @@ class Daemon:
             "memd %d ready on %s with %d workspace(s), embedder %s",
             os.getpid(),
             self.socket_path,
-            len(service.workspaces()),
+            len(service.registry.all()),
             service.embedder.describe() if service.embedder else "none (keyword-only)",
         )
 
@@ -212,7 +212,7 @@ class Daemon:
             if self.indexer is not None and self.service is not None:
                 busy = (
                     self.indexer.jobs_done,
-                    any(ws.syncer.rebuilding for ws in self.service.workspaces()),
+                    any(ws.syncer.rebuilding for ws in self.service.registry.all()),
                 )
                 if busy != (work_seen, False):
                     work_seen = busy[0]
@@ -229,7 +229,7 @@ class Daemon:
                 self._open_missing()
             if now >= next_reconcile and self.indexer and self.service:
                 next_reconcile = now + self.config.watch.reconcile_seconds
-                for ws in self.service.workspaces():
+                for ws in self.service.registry.all():
                     self.indexer.request_sync(ws, priority=RECONCILE)
             if now >= next_sessions_check and self.service and self.indexer:
                 next_sessions_check = now + self.config.sessions.check_seconds
@@ -290,9 +290,7 @@ class Daemon:
         )
         for ws in new.workspaces:
             with contextlib.suppress(MemdError):
-                added = self.service.add_workspace(
-                    ws.path, name=ws.name, extra_paths=ws.extra_paths
-                )
+                added = self.service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)
                 self._watch(added)
         logger.info("configuration reloaded from %s", new.source)
 
@@ -352,7 +350,7 @@ class Daemon:
         """Transcripts are not watched event by event: every few seconds a cheap stat pass asks
         whether one passed its delta (or went quiet) and queues a sync when it did."""
         assert self.service is not None and self.indexer is not None
-        for ws in self.service.workspaces():
+        for ws in self.service.registry.all():
             try:
                 if ws.syncer.sessions_due():
                     self.indexer.request_sync(ws, {RESCAN_SESSIONS})
@@ -368,7 +366,7 @@ class Daemon:
         self.schedule.mark_ran()
         if self.recorder is not None:
             self.recorder.wait_idle()
-        for ws in self.service.workspaces():
+        for ws in self.service.registry.all():
             future = self.indexer.promote(ws, SCHEDULED)
             future.add_done_callback(functools.partial(_log_promotion, name=ws.name))
 
@@ -399,9 +397,9 @@ class Daemon:
 
     def _open_missing(self) -> None:
         """A registered workspace whose directory appeared (a drive mounted) is picked up."""
-        if self.service is None or self.indexer is None or not self.service.missing:
+        if self.service is None or self.indexer is None or not self.service.registry.missing:
             return
-        for ws in self.service.open_missing():
+        for ws in self.service.registry.open_missing():
             logger.info("workspace %s appeared at %s", ws.name, ws.root)
             self._watch(ws)
             self.indexer.request_sync(ws)

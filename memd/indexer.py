@@ -22,11 +22,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from memd.config import Config
 from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import Thresholds
 from memd.index.sync import SyncReport
 from memd.journal import Appended, append_daily
-from memd.service import MemoryService, Workspace
+from memd.registry import Workspace, Workspaces
 from memd.watch.layout import RESCAN_ALL
 from memd_client.errors import IndexError_
 
@@ -59,9 +60,14 @@ class _State:
 
 class Indexer:
     def __init__(
-        self, service: MemoryService, *, clock: Callable[[], datetime] | None = None
+        self,
+        workspaces: Workspaces,
+        config: Config,
+        *,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
-        self.service = service
+        self.workspaces = workspaces
+        self.config = config
         self.clock = clock  # the promotion's "now" (tests set it)
         self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
         self._seq = itertools.count(1)
@@ -233,7 +239,7 @@ class Indexer:
             if job is not first and not job.future.set_running_or_notify_cancel():
                 continue
             try:
-                appended = append_daily(ws.root, job.payload, timezone=self.service.config.timezone)
+                appended = append_daily(ws.root, job.payload, timezone=self.config.timezone)
             except Exception as exc:
                 logger.warning("append to %s failed: %s", ws.name, exc)
                 job.future.set_exception(exc)
@@ -264,7 +270,7 @@ class Indexer:
     def _promote(
         self, ws: Workspace, thresholds: Thresholds, explain: str | None, include_promoted: bool
     ) -> dict[str, Any]:
-        config = self.service.config
+        config = self.config
         result = run_promotion(
             ws.root,
             thresholds,
@@ -315,7 +321,7 @@ class Indexer:
         return report
 
     def _workspace(self, root: Path) -> Workspace | None:
-        for ws in self.service.workspaces():
+        for ws in self.workspaces.all():
             if ws.root == root:
                 return ws
         return None
@@ -325,12 +331,12 @@ class Indexer:
             ws.syncer.embedder is not None
             and not ws.syncer.backing_off()
             and ws.syncer.has_pending()
-            for ws in self.service.workspaces()
+            for ws in self.workspaces.all()
         )
 
     def _embed_one(self) -> None:
         """Embed one pending file of one workspace (round-robin), if any."""
-        workspaces = self.service.workspaces()
+        workspaces = self.workspaces.all()
         for i in range(len(workspaces)):
             ws = workspaces[(self._embed_cursor + i) % len(workspaces)]
             if ws.syncer.embedder is None or ws.syncer.backing_off() or not ws.syncer.has_pending():

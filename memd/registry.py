@@ -1,14 +1,241 @@
-"""The registered workspaces, kept in workspaces.json in the state directory."""
+"""The workspaces memd serves: their records, their open indexes, and the registry file.
+
+The read service and the writer both find workspaces here; neither owns them.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import re
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memd.atomicfile import write_atomic
+from memd.config import Config
+from memd.embed.base import Embedder
+from memd.index.cache import EmbeddingCache
+from memd.index.index import Index
+from memd.index.sync import Syncer, SyncReport
+from memd.text import first_control
+from memd_client.errors import BadRequest, UnknownWorkspace
 
-__all__ = ["load_registry", "save_registry"]
+__all__ = ["Workspace", "Workspaces", "check_name", "load_registry", "save_registry"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Workspace:
+    """A workspace memd serves, with its index and its syncer (whose lock serialises writes)."""
+
+    name: str
+    root: Path
+    extra_paths: tuple[str, ...]
+    index: Index
+    syncer: Syncer
+    last_report: SyncReport | None = None
+    sessions_dir: Path | None = None
+    agent_id: str = ""
+
+
+MAX_NAME_CHARS = 64
+
+
+def check_name(name: str) -> str:
+    """A workspace name as memctl and status can show and address it, or BadRequest."""
+    if not isinstance(name, str) or not name.strip():
+        raise BadRequest("a workspace name must not be empty")
+    if name != name.strip() or len(name) > MAX_NAME_CHARS:
+        raise BadRequest(
+            f"workspace name {name!r}: at most {MAX_NAME_CHARS} characters, no outer spaces"
+        )
+    if name in (".", "..") or "/" in name or first_control(name) is not None:
+        raise BadRequest(f"workspace name {name!r} may not be '.', '..' or hold '/' or controls")
+    return name
+
+
+def _slug(root: Path) -> str:
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name).strip("-.") or "workspace"
+    return f"{name[:40]}-{digest}"
+
+
+class Workspaces:
+    """Every open workspace, by root and by name, and the registered ones whose directory is
+    missing (an unmounted drive): kept, shown in status, and opened when it appears."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        embedder: Embedder | None,
+        cache: EmbeddingCache | None,
+        protect: bool,
+    ) -> None:
+        self.config = config
+        self.embedder = embedder
+        self.cache = cache
+        self.protect = protect
+        self._workspaces: dict[Path, Workspace] = {}
+        self._names: dict[str, Path] = {}
+        self.missing: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def add(
+        self,
+        path: str | Path,
+        *,
+        name: str = "",
+        extra_paths: tuple[str, ...] = (),
+        sessions_dir: str = "",
+        agent_id: str = "",
+    ) -> Workspace:
+        """Register a workspace directory (idempotent) and open its index.
+
+        ``sessions_dir`` adds the agent's transcripts as a second source; they belong to
+        ``agent_id`` (default: the workspace name).
+        """
+        try:
+            root = Path(path).expanduser()
+        except RuntimeError:  # "~someone" for an unknown user
+            raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory") from None
+        if "\x00" in str(root) or not root.is_dir():
+            raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory")
+        root = root.resolve()
+        if root == Path(root.anchor):
+            raise BadRequest(f"{root} cannot be a workspace: choose the agent's own directory")
+        name = check_name(name or root.name)
+        with self._lock:
+            if root in self._workspaces:
+                return self._workspaces[root]
+            if name in self._names and self._names[name] != root:
+                raise BadRequest(f"workspace name {name!r} is already used by {self._names[name]}")
+            index = Index(
+                self.config.index_dir / f"{_slug(root)}.sqlite",
+                use_vec=self.config.index.sqlite_vec,
+            )
+            index.open()
+            syncer = Syncer(
+                index,
+                root,
+                config=self.config.index,
+                embedder=self.embedder,
+                cache=self.cache,
+                extra_paths=extra_paths,
+                protect=self.protect,
+                sessions_dir=Path(sessions_dir).expanduser() if sessions_dir else None,
+                sessions=self.config.sessions,
+            )
+            ws = Workspace(
+                name,
+                root,
+                extra_paths,
+                index,
+                syncer,
+                sessions_dir=syncer.sessions_dir,
+                agent_id=agent_id or name,
+            )
+            self._workspaces[root] = ws
+            self._names[name] = root
+            logger.info("workspace %s at %s (index %s)", name, root, index.path)
+            return ws
+
+    def open_registered(self, entry: dict[str, Any]) -> Workspace | None:
+        """Open a workspace from the registry or the config file; one whose directory is
+        missing is remembered in ``missing`` (with a warning) instead of failing the start."""
+        path = str(entry.get("path", ""))
+        try:
+            ws = self.add(
+                path,
+                name=entry.get("name") or "",
+                extra_paths=tuple(entry.get("extra_paths") or ()),
+                sessions_dir=entry.get("sessions_dir") or "",
+                agent_id=entry.get("agent_id") or "",
+            )
+        except UnknownWorkspace:
+            if path not in self.missing:
+                logger.warning("workspace %s is not there (yet); kept, and opened when it is", path)
+            self.missing[path] = dict(entry)
+            return None
+        except BadRequest as exc:
+            if not entry.get("name"):
+                logger.warning("registered workspace %s skipped: %s", path, exc)
+                return None
+            logger.warning("registered workspace %s: %s; using its directory's name", path, exc)
+            return self.open_registered({**entry, "name": ""})
+        self.missing.pop(path, None)
+        return ws
+
+    def open_missing(self) -> list[Workspace]:
+        """Open the missing workspaces whose directories have appeared; return them."""
+        opened = []
+        for entry in list(self.missing.values()):
+            if Path(str(entry["path"])).expanduser().is_dir():
+                ws = self.open_registered(entry)
+                if ws is not None:
+                    opened.append(ws)
+        return opened
+
+    def forget_missing(self, ref: str) -> bool:
+        """Drop a missing workspace from the registry by its name or path."""
+        for path, entry in list(self.missing.items()):
+            if ref in (path, entry.get("name")):
+                del self.missing[path]
+                return True
+        return False
+
+    def remove(self, ref: str) -> bool:
+        """Forget a workspace and delete its index (the Markdown is untouched)."""
+        ws = self.get(ref)
+        with self._lock:
+            self._workspaces.pop(ws.root, None)
+            self._names.pop(ws.name, None)
+        with ws.syncer.lock:
+            ws.index.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(ws.index.path) + suffix).unlink(missing_ok=True)
+        logger.info("workspace %s removed", ws.name)
+        return True
+
+    def get(self, ref: str) -> Workspace:
+        """Find a registered workspace by name or by path; nothing is registered here (a
+        search, get or current directory never registers a workspace on its own)."""
+        if not isinstance(ref, str) or not ref:
+            raise BadRequest("workspace must be a non-empty string")
+        with self._lock:
+            if ref in self._names:
+                return self._workspaces[self._names[ref]]
+        # Only absolute paths: a "~user" reference would be expanded against the daemon's
+        # passwd database (and raises for unknown users); clients send absolute paths.
+        candidate = Path(ref)
+        if "\x00" not in ref and candidate.is_absolute():
+            with self._lock:
+                found = self._workspaces.get(candidate)
+                if found is None and candidate.is_dir():
+                    found = self._workspaces.get(candidate.resolve())
+            if found is not None:
+                return found
+            if candidate.is_dir():
+                raise UnknownWorkspace(
+                    f"{ref} is not a registered workspace; add it with: memctl workspace add {ref}"
+                )
+        raise UnknownWorkspace(f"unknown workspace {ref!r} (not a registered name or a directory)")
+
+    def all(self) -> list[Workspace]:
+        with self._lock:
+            return list(self._workspaces.values())
+
+    def close(self) -> None:
+        with self._lock:
+            for ws in self._workspaces.values():
+                with ws.syncer.lock:
+                    ws.index.close()
+            self._workspaces.clear()
+            self._names.clear()
 
 
 def load_registry(path: Path) -> list[dict[str, Any]]:

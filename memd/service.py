@@ -1,20 +1,15 @@
-"""The operations memd offers (search, get, sync, status), as plain Python over the index.
+"""The reads memd offers (search, get, status), as plain Python over the indexes.
 
-The daemon's socket layer calls these; so does the ``memd`` command for one-shot use. Each
-workspace has one Index and one Syncer; writes to a workspace are serialised by its lock.
+The daemon's socket layer calls these; so does the ``memd`` command for one-shot use, which
+also syncs through ``sync``. It chooses the embedder and holds the workspaces (memd.registry).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
-import re
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from memd.config import Config
@@ -23,59 +18,22 @@ from memd.embed.select import Choice, choose_embedder
 from memd.embed.worker import WorkerEmbedder
 from memd.files import GetResult, MemoryPath, locate, read_located
 from memd.index.cache import EmbeddingCache
-from memd.index.index import Index
 from memd.index.store import DumpRow
-from memd.index.sync import Progress, Syncer, SyncReport
+from memd.index.sync import Progress, SyncReport
 from memd.redact import redact
+from memd.registry import Workspace, Workspaces
 from memd.search import SearchOptions, SearchOutcome, search
 from memd.sessions import is_transcript_name, read_jsonl_lines
-from memd.text import first_control
 from memd.workspace import discover
-from memd_client.errors import BadRequest, PathRefused, ProviderUnavailable, UnknownWorkspace
+from memd_client.errors import BadRequest, PathRefused, ProviderUnavailable
 
-__all__ = ["MemoryService", "Workspace"]
+__all__ = ["MemoryService"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class Workspace:
-    """A workspace memd serves, with its index and its syncer (whose lock serialises writes)."""
-
-    name: str
-    root: Path
-    extra_paths: tuple[str, ...]
-    index: Index
-    syncer: Syncer
-    last_report: SyncReport | None = None
-    sessions_dir: Path | None = None
-    agent_id: str = ""
-
-
-MAX_NAME_CHARS = 64
-
-
-def check_name(name: str) -> str:
-    """A workspace name as memctl and status can show and address it, or BadRequest."""
-    if not isinstance(name, str) or not name.strip():
-        raise BadRequest("a workspace name must not be empty")
-    if name != name.strip() or len(name) > MAX_NAME_CHARS:
-        raise BadRequest(
-            f"workspace name {name!r}: at most {MAX_NAME_CHARS} characters, no outer spaces"
-        )
-    if name in (".", "..") or "/" in name or first_control(name) is not None:
-        raise BadRequest(f"workspace name {name!r} may not be '.', '..' or hold '/' or controls")
-    return name
-
-
-def _slug(root: Path) -> str:
-    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name).strip("-.") or "workspace"
-    return f"{name[:40]}-{digest}"
-
-
 class MemoryService:
-    """Every workspace memd knows, one embedder, one shared embedding cache."""
+    """The reads over every workspace memd knows, with one embedder and one embedding cache."""
 
     def __init__(self, config: Config, *, choice: Choice | None = None) -> None:
         self.config = config
@@ -102,14 +60,11 @@ class MemoryService:
         self.cache = EmbeddingCache(
             config.cache_path, max_entries=config.embedding.cache_max_entries
         )
-        self._workspaces: dict[Path, Workspace] = {}
-        self._names: dict[str, Path] = {}
-        # Registered workspaces whose directory is not there (an unmounted drive): kept, shown
-        # in status, and opened when the directory appears.
-        self.missing: dict[str, dict[str, Any]] = {}
-        self._lock = threading.Lock()
+        self.registry = Workspaces(
+            config, embedder=self.embedder, cache=self.cache, protect=self.choice.protect
+        )
         for ws in config.workspaces:
-            self.open_registered(
+            self.registry.open_registered(
                 {
                     "path": ws.path,
                     "name": ws.name,
@@ -124,168 +79,19 @@ class MemoryService:
         return self.choice.embedder
 
     def close(self) -> None:
-        with self._lock:
-            for ws in self._workspaces.values():
-                with ws.syncer.lock:
-                    ws.index.close()
-            self._workspaces.clear()
-            self._names.clear()
+        self.registry.close()
         self.cache.close()
         if self.embedder is not None:
             self.embedder.close()
 
     # -- workspaces -----------------------------------------------------------------------------
 
-    def add_workspace(
-        self,
-        path: str | Path,
-        *,
-        name: str = "",
-        extra_paths: tuple[str, ...] = (),
-        sessions_dir: str = "",
-        agent_id: str = "",
-    ) -> Workspace:
-        """Register a workspace directory (idempotent) and open its index.
-
-        ``sessions_dir`` adds the agent's transcripts as a second source; they belong to
-        ``agent_id`` (default: the workspace name).
-        """
-        try:
-            root = Path(path).expanduser()
-        except RuntimeError:  # "~someone" for an unknown user
-            raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory") from None
-        if "\x00" in str(root) or not root.is_dir():
-            raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory")
-        root = root.resolve()
-        if root == Path(root.anchor):
-            raise BadRequest(f"{root} cannot be a workspace: choose the agent's own directory")
-        name = check_name(name or root.name)
-        with self._lock:
-            if root in self._workspaces:
-                return self._workspaces[root]
-            if name in self._names and self._names[name] != root:
-                raise BadRequest(f"workspace name {name!r} is already used by {self._names[name]}")
-            index = Index(
-                self.config.index_dir / f"{_slug(root)}.sqlite",
-                use_vec=self.config.index.sqlite_vec,
-            )
-            index.open()
-            syncer = Syncer(
-                index,
-                root,
-                config=self.config.index,
-                embedder=self.embedder,
-                cache=self.cache,
-                extra_paths=extra_paths,
-                protect=self.choice.protect,
-                sessions_dir=Path(sessions_dir).expanduser() if sessions_dir else None,
-                sessions=self.config.sessions,
-            )
-            ws = Workspace(
-                name,
-                root,
-                extra_paths,
-                index,
-                syncer,
-                sessions_dir=syncer.sessions_dir,
-                agent_id=agent_id or name,
-            )
-            self._workspaces[root] = ws
-            self._names[name] = root
-            logger.info("workspace %s at %s (index %s)", name, root, index.path)
-            return ws
-
-    def open_registered(self, entry: dict[str, Any]) -> Workspace | None:
-        """Open a workspace from the registry or the config file; one whose directory is
-        missing is remembered in ``missing`` (with a warning) instead of failing the start."""
-        path = str(entry.get("path", ""))
-        try:
-            ws = self.add_workspace(
-                path,
-                name=entry.get("name") or "",
-                extra_paths=tuple(entry.get("extra_paths") or ()),
-                sessions_dir=entry.get("sessions_dir") or "",
-                agent_id=entry.get("agent_id") or "",
-            )
-        except UnknownWorkspace:
-            if path not in self.missing:
-                logger.warning("workspace %s is not there (yet); kept, and opened when it is", path)
-            self.missing[path] = dict(entry)
-            return None
-        except BadRequest as exc:
-            if not entry.get("name"):
-                logger.warning("registered workspace %s skipped: %s", path, exc)
-                return None
-            logger.warning("registered workspace %s: %s; using its directory's name", path, exc)
-            return self.open_registered({**entry, "name": ""})
-        self.missing.pop(path, None)
-        return ws
-
-    def open_missing(self) -> list[Workspace]:
-        """Open the missing workspaces whose directories have appeared; return them."""
-        opened = []
-        for entry in list(self.missing.values()):
-            if Path(str(entry["path"])).expanduser().is_dir():
-                ws = self.open_registered(entry)
-                if ws is not None:
-                    opened.append(ws)
-        return opened
-
-    def forget_missing(self, ref: str) -> bool:
-        """Drop a missing workspace from the registry by its name or path."""
-        for path, entry in list(self.missing.items()):
-            if ref in (path, entry.get("name")):
-                del self.missing[path]
-                return True
-        return False
-
-    def remove_workspace(self, ref: str) -> bool:
-        """Forget a workspace and delete its index (the Markdown is untouched)."""
-        ws = self.workspace(ref)
-        with self._lock:
-            self._workspaces.pop(ws.root, None)
-            self._names.pop(ws.name, None)
-        with ws.syncer.lock:
-            ws.index.close()
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(ws.index.path) + suffix).unlink(missing_ok=True)
-        logger.info("workspace %s removed", ws.name)
-        return True
-
-    def workspace(self, ref: str) -> Workspace:
-        """Find a registered workspace by name or by path; nothing is registered here (a
-        search, get or current directory never registers a workspace on its own)."""
-        if not isinstance(ref, str) or not ref:
-            raise BadRequest("workspace must be a non-empty string")
-        with self._lock:
-            if ref in self._names:
-                return self._workspaces[self._names[ref]]
-        # Only absolute paths: a "~user" reference would be expanded against the daemon's
-        # passwd database (and raises for unknown users); clients send absolute paths.
-        candidate = Path(ref)
-        if "\x00" not in ref and candidate.is_absolute():
-            with self._lock:
-                found = self._workspaces.get(candidate)
-                if found is None and candidate.is_dir():
-                    found = self._workspaces.get(candidate.resolve())
-            if found is not None:
-                return found
-            if candidate.is_dir():
-                raise UnknownWorkspace(
-                    f"{ref} is not a registered workspace; add it with: memctl workspace add {ref}"
-                )
-        raise UnknownWorkspace(f"unknown workspace {ref!r} (not a registered name or a directory)")
-
-    def workspaces(self) -> list[Workspace]:
-        with self._lock:
-            return list(self._workspaces.values())
-
     # -- operations -----------------------------------------------------------------------------
 
     def sync(
         self, ref: str, *, force: bool = False, embed: bool = True, progress: Progress | None = None
     ) -> SyncReport:
-        ws = self.workspace(ref)
+        ws = self.registry.get(ref)
         report = ws.syncer.sync(force=force, embed=embed, progress=progress)
         ws.last_report = report
         return report
@@ -298,7 +104,7 @@ class MemoryService:
         before it calls this (``index_first=False``)."""
         if not isinstance(query, str):
             raise BadRequest("query must be a string")
-        ws = self.workspace(ref)
+        ws = self.registry.get(ref)
         if index_first and ws.syncer.last_sync is None and self.never_indexed(ws):
             self.sync(ref, embed=False)
         options = SearchOptions.from_config(self.config.search, **overrides)
@@ -333,7 +139,7 @@ class MemoryService:
         ``check`` is the caller's access decision, given the resolved target (or a transcript's
         name): it is made once, on what will really be opened, and raises to refuse.
         """
-        ws = self.workspace(ref)
+        ws = self.registry.get(ref)
         if not isinstance(path, str):
             raise BadRequest("path must be a string")
         if path.strip().startswith("sessions/"):
@@ -368,7 +174,7 @@ class MemoryService:
 
     def status(self, ref: str) -> dict[str, Any]:
         """Everything a person needs to trust (or distrust) one workspace's index."""
-        ws = self.workspace(ref)
+        ws = self.registry.get(ref)
         found = discover(ws.root, ws.extra_paths, self.config.index.max_file_bytes)
         state, reason = ws.syncer.state()
         with ws.index.reader() as store:
@@ -438,6 +244,6 @@ class MemoryService:
 
     def dump(self, ref: str) -> list[DumpRow]:
         """The logical content of a workspace index (the oracle of rebuild tests)."""
-        ws = self.workspace(ref)
+        ws = self.registry.get(ref)
         with ws.index.reader() as store:
             return store.dump()

@@ -171,7 +171,7 @@ def check_honest(daemon: Daemon, name: str, root: Path, expected: Dump) -> tuple
     disk (size and mtime) must hold exactly the oracle's rows, with vectors unless the row says
     some are pending. Returns how many files claim to be indexed, and the problems found."""
     assert daemon.service is not None
-    ws = daemon.service.workspace(name)
+    ws = daemon.service.registry.get(name)
     with ws.index.reader() as store:
         rows = store.files()
         dump = store.dump()
@@ -522,7 +522,7 @@ def test_file_swapped_between_scan_and_read(tmp_path: Path) -> None:
         assert daemon.service is not None
         try:
             c.workspace_add(ws, name="swap")  # queues the first full sync of 404 files
-            index = daemon.service.workspace("swap").index
+            index = daemon.service.registry.get("swap").index
 
             def started() -> bool:  # the walk is done once the first file is committed
                 with index.reader() as store:

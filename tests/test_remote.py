@@ -593,10 +593,10 @@ def test_canary_key_is_nowhere_in_the_index_or_cache(
     (ws / "MEMORY.md").write_text("remote providers see this text\n")
     service = MemoryService(Config.load(), choice=Choice(embedder, "openai-compatible", False))
     try:
-        service.add_workspace(ws)
+        service.registry.add(ws)
         first = service.sync(str(ws))
         assert first.pending_files == 1 and "rejected the API key" in first.errors[0][1]
-        service.workspace(str(ws)).syncer.reset_backoff()
+        service.registry.get(str(ws)).syncer.reset_backoff()
         assert service.sync(str(ws)).pending_files == 0
         status = json.dumps(service.status(str(ws)))
     finally:

@@ -37,8 +37,8 @@ def test_second_workspace_with_the_same_text_embeds_nothing(
     text = "Shared onboarding notes for every agent.\n" * 40
     a = make_ws(tmp_path / "a", text)
     b = make_ws(tmp_path / "b", text)
-    service.add_workspace(a)
-    service.add_workspace(b)
+    service.registry.add(a)
+    service.registry.add(b)
     service.sync(str(a))
     embedded = fake.texts_embedded
     assert embedded > 0
@@ -52,7 +52,7 @@ def test_first_search_indexes_keyword_rows_first(
     service: MemoryService, fake: FakeEmbedder, tmp_path: Path
 ) -> None:
     ws = make_ws(tmp_path / "w", "The backup runs nightly at 02:00.\n")
-    service.add_workspace(ws)
+    service.registry.add(ws)
     outcome = service.search(str(ws), "when does the backup run")
     assert [h.path for h in outcome.results] == ["MEMORY.md"]
     assert fake.documents_embedded == 0, "the first answer does not wait for embeddings"
@@ -66,22 +66,22 @@ def test_first_search_indexes_keyword_rows_first(
 
 def test_workspace_lookup(service: MemoryService, tmp_path: Path) -> None:
     ws = make_ws(tmp_path / "named", "x\n")
-    service.add_workspace(ws, name="main")
-    assert service.workspace("main").root == ws.resolve()
-    assert service.workspace(str(ws)).name == "main"
+    service.registry.add(ws, name="main")
+    assert service.registry.get("main").root == ws.resolve()
+    assert service.registry.get(str(ws)).name == "main"
     with pytest.raises(UnknownWorkspace):
-        service.workspace("nope")
+        service.registry.get("nope")
     with pytest.raises(UnknownWorkspace):
-        service.workspace(str(tmp_path / "missing"))
+        service.registry.get(str(tmp_path / "missing"))
     with pytest.raises(UnknownWorkspace, match="not a registered workspace"):
-        service.workspace(str(make_ws(tmp_path / "unregistered", "z\n")))
+        service.registry.get(str(make_ws(tmp_path / "unregistered", "z\n")))
     with pytest.raises(BadRequest):
-        service.add_workspace(make_ws(tmp_path / "other", "y\n"), name="main")
+        service.registry.add(make_ws(tmp_path / "other", "y\n"), name="main")
 
 
 def test_status_names_the_provider_and_vector_store(service: MemoryService, tmp_path: Path) -> None:
     ws = make_ws(tmp_path / "s", "status check\n")
-    service.add_workspace(ws)
+    service.registry.add(ws)
     service.sync(str(ws))
     st = service.status(str(ws))
     assert st["provider"]["active"] == "fake" and st["provider"]["dims"] == 64
@@ -94,7 +94,7 @@ def test_keyword_only_status_says_why(config: Config, tmp_path: Path) -> None:
     svc = MemoryService(config)
     try:
         ws = make_ws(tmp_path / "k", "hello\n")
-        svc.add_workspace(ws)
+        svc.registry.add(ws)
         svc.sync(str(ws))
         st = svc.status(str(ws))
         assert st["provider"]["active"] == "none"
