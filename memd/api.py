@@ -27,6 +27,7 @@ from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import MANUAL
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
+from memd.dreams.schedule import Schedule
 from memd.files import MemoryPath
 from memd.index.store import Store
 from memd.indexer import URGENT, Indexer
@@ -35,7 +36,7 @@ from memd.registry import Workspace, save_registry
 from memd.scopes import Caller, allowed_sources, is_longterm
 from memd.service import MemoryService
 from memd.text import first_control
-from memd.watch.layout import RESCAN_ALL, RESCANS
+from memd.watch import RESCAN_ALL, RESCANS, Watchers
 from memd_client.errors import BadRequest, IndexError_, PathRefused, Timeout
 from memd_client.protocol import PROTOCOL_VERSION
 
@@ -57,28 +58,22 @@ class Api:
         self,
         service: MemoryService,
         indexer: Indexer,
+        watchers: Watchers,
         *,
         registry: Path,
-        watcher_state: Callable[[Workspace], dict[str, Any]] | None = None,
-        on_workspace_added: Callable[[Workspace], None] | None = None,
-        on_workspace_removed: Callable[[Workspace], None] | None = None,
         socket_path: str = "",
         recorder: RecallRecorder | None = None,
+        schedule: Schedule | None = None,
         clock: Callable[[], datetime] | None = None,
-        next_promotion: Callable[[], datetime | None] | None = None,
     ) -> None:
         self.service = service
-        self.recorder = recorder
-        self.clock = clock
-        self.next_promotion = next_promotion or (lambda: None)
         self.indexer = indexer
+        self.watchers = watchers
         self.registry = registry
-        self.watcher_state = watcher_state or (
-            lambda ws: {"state": "none", "backend": None, "reason": None}
-        )
-        self.on_workspace_added = on_workspace_added
-        self.on_workspace_removed = on_workspace_removed
         self.socket_path = socket_path
+        self.recorder = recorder
+        self.schedule = schedule
+        self.clock = clock
         self.started_at = time.time()
         self.connections = 0
         self._registry_lock = threading.Lock()
@@ -103,7 +98,7 @@ class Api:
         ``walked_stale``: files a walk of the workspace found changed (status walks it), which
         count as pending even before the watcher reports them.
         """
-        watcher = self.watcher_state(ws)
+        watcher = self.watchers.state(ws.root)
         watched = set(watcher.get("pending_keys") or ())
         queued = self.indexer.dirty_keys(ws)
         with ws.index.reader() as store:
@@ -187,14 +182,14 @@ class Api:
                 recalls: dict[str, Any] = RecallStore(ws.root).counts()
             except Exception as exc:  # a damaged store is reported, not fatal
                 recalls = {"error": str(exc)}
-            nxt = self.next_promotion()
+            nxt = self.schedule.next_run() if self.schedule else None
             st["dreaming"] = {
                 "recall_store": recalls,
                 "enabled": self.service.config.dreaming.enabled,
                 "next_run": nxt.isoformat() if nxt else None,
             }
             st["freshness"] = self.freshness(ws, walked_stale=st["files_stale"])
-            watcher = dict(self.watcher_state(ws))
+            watcher = self.watchers.state(ws.root)
             watcher["pending_keys"] = sorted(watcher.get("pending_keys") or ())
             st["watcher"] = watcher
             workspaces.append(st)
@@ -533,8 +528,7 @@ class Api:
             agent_id=str_param(params, "agent_id", required=False) or "",
         )
         self._save_registry()
-        if self.on_workspace_added:
-            self.on_workspace_added(ws)
+        self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
         self.indexer.request_sync(ws)
         return _ws_entry(ws)
 
@@ -545,8 +539,7 @@ class Api:
             self._save_registry()
             return {"removed": True}
         ws = self._ws(params)
-        if self.on_workspace_removed:
-            self.on_workspace_removed(ws)
+        self.watchers.unwatch(ws.root)
         removed = self.service.registry.remove(ws.name)
         self._save_registry()
         return {"removed": removed}

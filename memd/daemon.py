@@ -37,9 +37,9 @@ from memd.fileio import make_private
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
-from memd.registry import Workspace, load_registry
+from memd.registry import load_registry
 from memd.service import MemoryService
-from memd.watch import RESCAN_SESSIONS, WorkspaceWatcher
+from memd.watch import RESCAN_SESSIONS, Watchers
 from memd_client.errors import MemdError
 from memd_client.paths import socket_path
 
@@ -115,8 +115,7 @@ class Daemon:
         self.indexer: Indexer | None = None
         self.server: Server | None = None
         self.api: Api | None = None
-        self.watchers: dict[Path, WorkspaceWatcher] = {}
-        self._watch_lock = threading.Lock()
+        self.watchers = Watchers(debounce_ms=self.debounce_ms)
         self._lock_fds: list[int] = []
         self._umask: int | None = None
         self.clock = clock
@@ -171,19 +170,17 @@ class Daemon:
                 clock=self.clock,
             )
         for ws in service.registry.all():
-            self._watch(ws)
+            self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
             self.indexer.request_sync(ws, priority=RECONCILE)  # the start-up reconcile
         self.api = Api(
             service,
             self.indexer,
+            self.watchers,
             registry=self.registry_path,
-            watcher_state=self._watcher_state,
-            on_workspace_added=self._watch,
-            on_workspace_removed=self._unwatch,
             socket_path=str(self.socket_path),
             recorder=self.recorder,
+            schedule=self.schedule,
             clock=self.clock,
-            next_promotion=lambda: self.schedule.next_run() if self.schedule else None,
         )
         self.server = Server(self.socket_path, Dispatcher(self.api), on_count=self._count)
         self.server.bind()
@@ -225,7 +222,7 @@ class Daemon:
                 self.reload()
             if now >= next_health:
                 next_health = now + HEALTH_EVERY_S
-                self._check_watchers()
+                self.watchers.check_health()
                 self._open_missing()
             if now >= next_reconcile and self.indexer and self.service:
                 next_reconcile = now + self.config.watch.reconcile_seconds
@@ -246,11 +243,7 @@ class Daemon:
         if self.server is not None:
             self.server.stop()
             self.server = None
-        with self._watch_lock:
-            watchers = list(self.watchers.values())
-            self.watchers.clear()
-        for watcher in watchers:
-            watcher.stop()
+        self.watchers.stop()
         if self.recorder is not None:
             self.recorder.stop()
             self.recorder = None
@@ -291,7 +284,10 @@ class Daemon:
         for ws in new.workspaces:
             with contextlib.suppress(MemdError):
                 added = self.service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)
-                self._watch(added)
+                if self.indexer is not None:
+                    self.watchers.watch(
+                        added.root, added.extra_paths, self.indexer.changes_of(added)
+                    )
         logger.info("configuration reloaded from %s", new.source)
 
     @contextlib.contextmanager
@@ -370,60 +366,14 @@ class Daemon:
             future = self.indexer.promote(ws, SCHEDULED)
             future.add_done_callback(functools.partial(_log_promotion, name=ws.name))
 
-    def _watch(self, ws: Workspace) -> None:
-        indexer = self.indexer
-        assert indexer is not None
-
-        def changed(keys: set[str]) -> None:
-            try:
-                indexer.request_sync(ws, keys)
-            except RuntimeError:
-                pass  # shutting down
-
-        with self._watch_lock:
-            if ws.root in self.watchers:
-                return
-            watcher = WorkspaceWatcher(
-                ws.root, ws.extra_paths, changed, debounce_ms=self.debounce_ms
-            )
-            self.watchers[ws.root] = watcher
-        watcher.start()
-
-    def _unwatch(self, ws: Workspace) -> None:
-        with self._watch_lock:
-            watcher = self.watchers.pop(ws.root, None)
-        if watcher is not None:
-            watcher.stop()
-
     def _open_missing(self) -> None:
         """A registered workspace whose directory appeared (a drive mounted) is picked up."""
         if self.service is None or self.indexer is None or not self.service.registry.missing:
             return
         for ws in self.service.registry.open_missing():
             logger.info("workspace %s appeared at %s", ws.name, ws.root)
-            self._watch(ws)
+            self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
             self.indexer.request_sync(ws)
-
-    def _check_watchers(self) -> None:
-        with self._watch_lock:
-            watchers = list(self.watchers.values())
-        for watcher in watchers:
-            watcher.check_health()
-
-    def _watcher_state(self, ws: Workspace) -> dict[str, Any]:
-        with self._watch_lock:
-            watcher = self.watchers.get(ws.root)
-        if watcher is None:
-            return {"state": "stopped", "backend": None, "reason": None, "pending": 0}
-        return {
-            "state": watcher.state,
-            "backend": watcher.backend,
-            "reason": watcher.reason,
-            "restarts": watcher.restarts,
-            "pending": watcher.pending(),
-            "pending_keys": watcher.pending_keys(),
-            "last_event_at": watcher.last_event_at,
-        }
 
     def _count(self, n: int) -> None:
         if self.api is not None:

@@ -128,6 +128,17 @@ class Indexer:
         self._queue.put(job)
         return job.future
 
+    def changes_of(self, ws: Workspace) -> Callable[[set[str]], None]:
+        """What a watcher of ``ws`` reports its changed keys to: a sync request."""
+
+        def changed(keys: set[str]) -> None:
+            try:
+                self.request_sync(ws, keys)
+            except RuntimeError:
+                pass  # shutting down
+
+        return changed
+
     def append(self, ws: Workspace, text: str) -> Future[Appended]:
         """Append ``text`` to today's daily log of ``ws``; resolves once it is searchable."""
         job = _Job(URGENT, next(self._seq), "append", ws.root, Future(), payload=text)

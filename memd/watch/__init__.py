@@ -2,6 +2,6 @@
 
 from memd.watch.debounce import Debouncer
 from memd.watch.layout import RESCAN_ALL, RESCAN_SESSIONS, RESCANS
-from memd.watch.watcher import WorkspaceWatcher
+from memd.watch.watcher import Watchers, WorkspaceWatcher
 
-__all__ = ["RESCANS", "RESCAN_ALL", "RESCAN_SESSIONS", "Debouncer", "WorkspaceWatcher"]
+__all__ = ["RESCANS", "RESCAN_ALL", "RESCAN_SESSIONS", "Debouncer", "Watchers", "WorkspaceWatcher"]

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from watchdog.observers.api import BaseObserver
 
@@ -20,7 +20,7 @@ from memd.watch.handler import WATCH_PRESSURE, ObserverHandler
 from memd.watch.layout import RESCAN_ALL, WatchLayout
 from memd.watch.observers import backend_name, dispose, make_observer, reader_alive
 
-__all__ = ["ObserverFactory", "WatcherState", "WorkspaceWatcher"]
+__all__ = ["ObserverFactory", "WatcherState", "Watchers", "WorkspaceWatcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -289,3 +289,60 @@ class WorkspaceWatcher:
 
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+class Watchers:
+    """One WorkspaceWatcher per watched workspace root, started and stopped together."""
+
+    def __init__(self, *, debounce_ms: int) -> None:
+        self.debounce_ms = debounce_ms
+        self._watchers: dict[Path, WorkspaceWatcher] = {}
+        self._lock = threading.Lock()
+
+    def watch(
+        self, root: Path, extra_paths: Sequence[str], changed: Callable[[set[str]], None]
+    ) -> None:
+        """Watch ``root`` (and its extra paths), reporting changed keys to ``changed``; a root
+        already watched is left as it is."""
+        with self._lock:
+            if root in self._watchers:
+                return
+            watcher = WorkspaceWatcher(root, extra_paths, changed, debounce_ms=self.debounce_ms)
+            self._watchers[root] = watcher
+        watcher.start()
+
+    def unwatch(self, root: Path) -> None:
+        with self._lock:
+            watcher = self._watchers.pop(root, None)
+        if watcher is not None:
+            watcher.stop()
+
+    def check_health(self) -> None:
+        """Restart or fall back the watchers whose native watching failed."""
+        with self._lock:
+            watchers = list(self._watchers.values())
+        for watcher in watchers:
+            watcher.check_health()
+
+    def state(self, root: Path) -> dict[str, Any]:
+        """What status shows of the watcher of ``root``."""
+        with self._lock:
+            watcher = self._watchers.get(root)
+        if watcher is None:
+            return {"state": "stopped", "backend": None, "reason": None, "pending": 0}
+        return {
+            "state": watcher.state,
+            "backend": watcher.backend,
+            "reason": watcher.reason,
+            "restarts": watcher.restarts,
+            "pending": watcher.pending(),
+            "pending_keys": watcher.pending_keys(),
+            "last_event_at": watcher.last_event_at,
+        }
+
+    def stop(self) -> None:
+        with self._lock:
+            watchers = list(self._watchers.values())
+            self._watchers.clear()
+        for watcher in watchers:
+            watcher.stop()
