@@ -29,14 +29,14 @@ from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.files import MemoryPath
-from memd.index.store import Store
+from memd.freshness import freshness
 from memd.indexer import URGENT, Indexer
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.registry import Workspace, save_registry
 from memd.scopes import Caller, allowed_sources, is_longterm
 from memd.service import MemoryService
 from memd.text import first_control
-from memd.watch import RESCAN_ALL, RESCANS, Watchers
+from memd.watch import Watchers
 from memd_client.errors import BadRequest, IndexError_, PathRefused, Timeout
 from memd_client.protocol import PROTOCOL_VERSION
 
@@ -93,44 +93,9 @@ class Api:
     def freshness(
         self, ws: Workspace, *, waited_ms: int = 0, walked_stale: int = 0
     ) -> dict[str, Any]:
-        """How far the index of ``ws`` is behind its files, as every reply carries it.
-
-        ``walked_stale``: files a walk of the workspace found changed (status walks it), which
-        count as pending even before the watcher reports them.
-        """
-        watcher = self.watchers.state(ws.root)
-        watched = set(watcher.get("pending_keys") or ())
-        queued = self.indexer.dirty_keys(ws)
-        with ws.index.reader() as store:
-            generation = store.generation()
-            unembedded = store.pending_count()
-            # A changed path may already be indexed (an append, a sync someone waited for,
-            # a reconcile that ran first): count only files whose size or mtime differ.
-            stale = {
-                k
-                for k in watched | queued
-                if k not in RESCANS and not _indexed_as_on_disk(store, ws.root, k)
-            }
-        pending = max(len(stale), walked_stale)
-        if queued & RESCANS:
-            pending += 1  # a rescan is queued: something may have changed
-        last_event = watcher.get("last_event_at")
-        if RESCAN_ALL in watched and not (last_event and self.indexer.synced_since(ws, last_event)):
-            pending += 1
-        problems = workspace_problems(ws, watcher.get("state"))
-        skipped = len(ws.syncer.skipped)
-        return {
-            "generation": generation,
-            "pending_files": pending,
-            "unembedded_files": unembedded,
-            "skipped_files": skipped,
-            "rebuilding": ws.syncer.rebuilding,
-            "watcher": watcher.get("state"),
-            "last_sync": ws.syncer.last_sync,
-            "waited_ms": waited_ms,
-            "problems": problems,
-            "fresh": pending == 0 and skipped == 0 and not problems,
-        }
+        return freshness(
+            ws, self.indexer, self.watchers, waited_ms=waited_ms, walked_stale=walked_stale
+        )
 
     def _wait_fresh(self, ws: Workspace, wait_ms: int) -> int:
         """Sync ``ws`` now and wait up to ``wait_ms`` for it; return the time waited."""
@@ -580,25 +545,6 @@ def _workspace_write(what: str) -> Iterator[None]:
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
         raise PathRefused(f"cannot {what}: {exc.strerror or exc}{where}") from None
-
-
-def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
-    """Why a workspace's index cannot be trusted to follow its files, if it cannot."""
-    problems = []
-    if not ws.root.is_dir():
-        problems.append(f"the workspace directory {ws.root} is gone (deleted, moved or unmounted)")
-    elif watcher_state == "failed":
-        problems.append("the file watcher failed: edits are found only by the periodic reconcile")
-    return problems
-
-
-def _indexed_as_on_disk(store: Store, root: Path, rel: str) -> bool:
-    row = store.file(rel)
-    try:
-        st = os.stat(root / rel)
-    except OSError:
-        return row is None  # gone from disk: fresh if gone from the index too
-    return row is not None and row.same_stat(st.st_size, st.st_mtime_ns)
 
 
 CALLER_METHODS = frozenset({"search", "get"})

@@ -1,0 +1,81 @@
+"""Freshness: how far a workspace's index is behind its files, as every reply carries it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from memd.index.store import Store
+from memd.indexer import Indexer
+from memd.registry import Workspace
+from memd.watch import RESCAN_ALL, RESCANS, Watchers
+
+__all__ = ["freshness", "workspace_problems"]
+
+
+def freshness(
+    ws: Workspace,
+    indexer: Indexer,
+    watchers: Watchers,
+    *,
+    waited_ms: int = 0,
+    walked_stale: int = 0,
+) -> dict[str, Any]:
+    """How far the index of ``ws`` is behind its files, as every reply carries it.
+
+    ``walked_stale``: files a walk of the workspace found changed (status walks it), which
+    count as pending even before the watcher reports them.
+    """
+    watcher = watchers.state(ws.root)
+    watched = set(watcher.get("pending_keys") or ())
+    queued = indexer.dirty_keys(ws)
+    with ws.index.reader() as store:
+        generation = store.generation()
+        unembedded = store.pending_count()
+        # A changed path may already be indexed (an append, a sync someone waited for,
+        # a reconcile that ran first): count only files whose size or mtime differ.
+        stale = {
+            k
+            for k in watched | queued
+            if k not in RESCANS and not _indexed_as_on_disk(store, ws.root, k)
+        }
+    pending = max(len(stale), walked_stale)
+    if queued & RESCANS:
+        pending += 1  # a rescan is queued: something may have changed
+    last_event = watcher.get("last_event_at")
+    if RESCAN_ALL in watched and not (last_event and indexer.synced_since(ws, last_event)):
+        pending += 1
+    problems = workspace_problems(ws, watcher.get("state"))
+    skipped = len(ws.syncer.skipped)
+    return {
+        "generation": generation,
+        "pending_files": pending,
+        "unembedded_files": unembedded,
+        "skipped_files": skipped,
+        "rebuilding": ws.syncer.rebuilding,
+        "watcher": watcher.get("state"),
+        "last_sync": ws.syncer.last_sync,
+        "waited_ms": waited_ms,
+        "problems": problems,
+        "fresh": pending == 0 and skipped == 0 and not problems,
+    }
+
+
+def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
+    """Why a workspace's index cannot be trusted to follow its files, if it cannot."""
+    problems = []
+    if not ws.root.is_dir():
+        problems.append(f"the workspace directory {ws.root} is gone (deleted, moved or unmounted)")
+    elif watcher_state == "failed":
+        problems.append("the file watcher failed: edits are found only by the periodic reconcile")
+    return problems
+
+
+def _indexed_as_on_disk(store: Store, root: Path, rel: str) -> bool:
+    row = store.file(rel)
+    try:
+        st = os.stat(root / rel)
+    except OSError:
+        return row is None  # gone from disk: fresh if gone from the index too
+    return row is not None and row.same_stat(st.st_size, st.st_mtime_ns)
