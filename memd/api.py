@@ -2,6 +2,9 @@
 
 Dispatch (memd.ipc) maps a request to one of these methods and never sees the index; these
 methods never see a socket or msgpack.
+
+Over 400 lines: one method per protocol call, each with its parameter checks; freshness is
+memd/freshness.py.
 """
 
 from __future__ import annotations

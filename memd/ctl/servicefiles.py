@@ -4,6 +4,7 @@ The unit and plist are rendered here from embedded templates; the copies shipped
 and ``launchd/`` are these renderings for a default path, and a test keeps them identical.
 Every external command goes through an injected ``runner`` (``subprocess.run`` by default), so
 tests can record the commands instead of running them. Stdlib only: ``memctl`` imports this.
+Over 400 lines: two service managers, each with its template, install, removal and status.
 """
 
 from __future__ import annotations

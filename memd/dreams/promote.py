@@ -1,5 +1,9 @@
 """Promotion into MEMORY.md: re-read each candidate's lines from its daily note and add them as one
-dated, marker-tagged section, without ever losing a line a human wrote (reliability notes §2.3)."""
+dated, marker-tagged section, without ever losing a line a human wrote.
+
+Over 400 lines: one write protocol from start to end (snapshot, re-read, append or swap,
+settle), whose steps only make sense together.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """The short-term recall store (``memory/.dreams/short-term-recall.json``): which daily-log snippets
-searches surfaced, how often and on which days, under OpenClaw's lock and caps."""
+searches surfaced, how often and on which days, under OpenClaw's lock and caps.
+
+Over 400 lines: one file format and the protocol that keeps it whole under concurrent writers
+(lock, merge, previous copy, caps), which only make sense together.
+"""
 
 from __future__ import annotations
 

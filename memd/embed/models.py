@@ -1,6 +1,8 @@
 """The model directory: pull GGUF files into it (resume, checksums) and list what it holds.
 
 Stdlib HTTP only, so ``memctl model pull`` works before any optional dependency is installed.
+Over 400 lines: pulling, resuming, verifying and listing share the directory's naming rules
+(partial files, checksum sidecars, the lock), which would otherwise be split across modules.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ runs in a child process (memd/embed/host.py, started with exec, not fork), and t
 - when the worker dies while loading or on its first embedding, retries at once with safer load
   modes (extra buffer types off, then one thread as well) before it gives up on the model; the
   mode that worked is remembered per model file and CPU, so the next start does not crash first.
+
+Over 400 lines: those are one state machine (starting, loading, serving, dead, backing off)
+whose parts share every field.
 """
 
 from __future__ import annotations

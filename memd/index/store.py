@@ -1,4 +1,8 @@
-"""Store: every SQL statement on a workspace index (files, chunks, FTS, vectors, meta)."""
+"""Store: every SQL statement on a workspace index (files, chunks, FTS, vectors, meta).
+
+Over 400 lines because it is every write of an index in one place (so a schema change has one
+place to look); the reads a search makes are SearchReads (memd/index/reads.py).
+"""
 
 from __future__ import annotations
 

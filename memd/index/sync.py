@@ -5,6 +5,9 @@ cache, its file row), so keyword search sees it at once; the missing vectors are
 and added per file. A file whose vectors could not be made stays ``pending``: never reported
 clean. A different model or chunking rebuilds into a temporary database that is swapped in only
 when complete, while searches keep reading the old one.
+
+Over 400 lines: the incremental sync and the rebuild share every per-file step (read, hash,
+redact, chunk, embed, write); the transcripts' part is memd/index/transcripts.py.
 """
 
 from __future__ import annotations
