@@ -26,7 +26,7 @@ from memd.index.cache import EmbeddingCache
 from memd.index.chunk import chunk_text, vector_lines
 from memd.index.index import Index
 from memd.index.sync import Syncer
-from memd.workspace import discover
+from memd.markdown.discover import discover
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from socket_bench import SHARED, code_state, environment  # noqa: E402  (a sibling script)

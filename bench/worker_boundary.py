@@ -31,7 +31,7 @@ import memd_client
 from memd.embed.llama import LlamaEmbedder
 from memd.embed.process import ProcessEmbedder
 from memd.index.chunk import chunk_text
-from memd.workspace import discover
+from memd.markdown.discover import discover
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from socket_bench import (  # noqa: E402  (a sibling script)

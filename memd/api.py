@@ -31,9 +31,9 @@ from memd.dreams.ranking import MANUAL
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
-from memd.files import MemoryPath
 from memd.freshness import freshness
 from memd.indexer import URGENT, Indexer
+from memd.markdown.read import MemoryPath
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.registry import Workspace, save_registry
 from memd.scopes import Caller, allowed_sources, is_longterm

@@ -26,7 +26,7 @@ from memd.config import Config
 from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import Thresholds
 from memd.index.sync import SyncReport
-from memd.journal import Appended, append_daily
+from memd.markdown.append import Appended, append_daily
 from memd.registry import Workspace, Workspaces
 from memd.watch.layout import RESCAN_ALL
 from memd_client.errors import IndexError_

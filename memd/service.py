@@ -16,15 +16,15 @@ from memd.config import Config
 from memd.embed.base import Embedder
 from memd.embed.select import Choice, choose_embedder
 from memd.embed.worker import WorkerEmbedder
-from memd.files import GetResult, MemoryPath, locate, read_located
 from memd.index.cache import EmbeddingCache
 from memd.index.store import DumpRow
 from memd.index.sync import Progress, SyncReport
+from memd.markdown.discover import discover
+from memd.markdown.read import GetResult, MemoryPath, locate, read_located
 from memd.redact import redact
 from memd.registry import Workspace, Workspaces
 from memd.search import SearchOptions, SearchOutcome, search
 from memd.sessions import is_transcript_name, read_jsonl_lines
-from memd.workspace import discover
 from memd_client.errors import BadRequest, PathRefused, ProviderUnavailable
 
 __all__ = ["MemoryService"]

@@ -42,7 +42,7 @@ from memd.embed.remote import create_remote
 from memd.index.index import Index
 from memd.index.store import DumpRow
 from memd.index.sync import Syncer
-from memd.journal import today
+from memd.markdown.append import today
 from memd_client.errors import (
     Code,
     IndexError_,

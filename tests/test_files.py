@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memd.files import GetResult, read_lines, resolve_memory_path
+from memd.markdown.read import GetResult, read_lines, resolve_memory_path
 from memd_client.errors import BadRequest, PathRefused
 
 SECRET = "SECRET"

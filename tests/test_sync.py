@@ -518,7 +518,7 @@ def test_writes_during_a_rebuild_reach_the_new_index(
 def test_targeted_sync_reads_only_the_named_paths(
     syncer: Syncer, write: WriteFile, index: Index, workspace: Path
 ) -> None:
-    from memd.workspace import memory_file
+    from memd.markdown.discover import memory_file
 
     write("MEMORY.md", NOTE)
     write("memory/a.md", "alpha\n")

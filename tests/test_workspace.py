@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memd.workspace import classify, daily_date, discover, is_ignored, resolve_extra_paths
+from memd.markdown.discover import classify, daily_date, discover, is_ignored, resolve_extra_paths
 
 
 def write(path: Path, text: str = "x\n") -> Path:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from memd.workspace import daily_date
+from memd.markdown.discover import daily_date
 
 __all__ = [
     "DAY",

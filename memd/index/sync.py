@@ -33,10 +33,10 @@ from memd.index.index import Index
 from memd.index.report import IndexEntry, SyncReport
 from memd.index.store import FileRow, NewChunk, Store, VectorStore
 from memd.index.transcripts import Transcripts
+from memd.markdown.discover import SourceFile, discover, memory_file, read_regular
 from memd.redact import redact
 from memd.sessions.transcript import map_lines
 from memd.watch.layout import RESCAN_SESSIONS, RESCANS
-from memd.workspace import SourceFile, discover, memory_file, read_regular
 
 __all__ = ["Progress", "SyncReport", "Syncer"]
 

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
-from memd.lines import read_window
+from memd.markdown.lines import read_window
 
 __all__ = ["JsonlWindow", "read_jsonl_lines"]
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from memd.workspace import is_ignored, resolve_extra_paths
+from memd.markdown.discover import is_ignored, resolve_extra_paths
 
 __all__ = ["RESCANS", "RESCAN_ALL", "RESCAN_SESSIONS", "WatchLayout"]
 
@@ -35,7 +35,7 @@ class WatchLayout:
 
     @classmethod
     def build(cls, root: Path, extra_paths: Sequence[str]) -> WatchLayout:
-        """Resolve the workspace root and its extra paths the way ``memd.workspace`` does."""
+        """Resolve the workspace root and its extra paths the way ``memd.markdown.discover`` does."""
         base = os.path.abspath(root)
         extras: list[str] = []
         for path in resolve_extra_paths(root, extra_paths):

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from memd.lines import read_window
+from memd.markdown.discover import resolve_extra_paths
+from memd.markdown.lines import read_window
 from memd.text import first_control
-from memd.workspace import resolve_extra_paths
 from memd_client.errors import BadRequest, PathRefused
 
 __all__ = [
