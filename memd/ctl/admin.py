@@ -7,6 +7,8 @@ They run daemon code in-process, imported inside each command, so the everyday c
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -151,15 +153,7 @@ def service_install_cmd(ctx: click.Context, dry_run: bool, force: bool) -> None:
 
     Example: memctl service install --dry-run
     """
-    from memd.ctl import servicefiles  # only this command needs it: memctl starts faster
-
-    try:
-        lines = servicefiles.install(dry_run=dry_run, force=force)
-    except servicefiles.ServiceError as exc:
-        _service_failure(exc)
-        ctx.exit(1)
-    for line in lines:
-        click.echo(line)
+    _service_action(ctx, lambda sf: sf.install(dry_run=dry_run, force=force))
 
 
 @service_group.command("uninstall")
@@ -170,10 +164,15 @@ def service_uninstall_cmd(ctx: click.Context, dry_run: bool) -> None:
 
     Example: memctl service uninstall
     """
-    from memd.ctl import servicefiles  # only this command needs it: memctl starts faster
+    _service_action(ctx, lambda sf: sf.uninstall(dry_run=dry_run))
+
+
+def _service_action(ctx: click.Context, action: Callable[[Any], list[str]]) -> None:
+    """Run ``action`` on memd.ctl.servicefiles and print what it did; exit 1 on failure."""
+    from memd.ctl import servicefiles  # only these commands need it: memctl starts faster
 
     try:
-        lines = servicefiles.uninstall(dry_run=dry_run)
+        lines = action(servicefiles)
     except servicefiles.ServiceError as exc:
         _service_failure(exc)
         ctx.exit(1)
