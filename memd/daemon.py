@@ -281,6 +281,8 @@ class Daemon:
             embedding=self.service.config.embedding,
             dirs=self.service.config.dirs,
         )
+        if self.indexer is not None:  # the time zone of appends and the promotion's settings
+            self.indexer.config = self.service.config
         for ws in new.workspaces:
             with contextlib.suppress(MemdError):
                 added = self.service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)

@@ -195,3 +195,29 @@ def test_concurrent_appends_all_land_once_and_each_result_points_at_its_text(
                 hits = c.search("ws", f"zebra{i}quux", mode="keyword")["results"]
                 line = int(results[i]["start_line"])  # type: ignore[call-overload]
                 assert hits and hits[0]["start_line"] <= line <= hits[0]["end_line"]
+
+
+def test_a_reloaded_time_zone_reaches_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGHUP's reload applies the time zone at once, to appends too (the writer's config).
+    The two zones are 26 hours apart, so their dates always differ."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    ws = make_ws(tmp_path / "ws", "The staging cluster is called Orion.")
+    with running_daemon(Config.load(timezone="Etc/GMT+12")) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+            c.workspace_add(str(ws), name="ws")
+            before = c.append("ws", "written before the reload")["path"]
+            config = tmp_path / "config.toml"
+            config.write_text('timezone = "Pacific/Kiritimati"\n')
+            monkeypatch.setenv("MEMD_CONFIG", str(config))
+            daemon.reload()
+            after = c.append("ws", "written after the reload")["path"]
+    today = {
+        z: datetime.now(ZoneInfo(z)).date().isoformat()
+        for z in ("Etc/GMT+12", "Pacific/Kiritimati")
+    }
+    assert before == f"memory/{today['Etc/GMT+12']}.md"
+    assert after == f"memory/{today['Pacific/Kiritimati']}.md"
