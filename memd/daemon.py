@@ -281,7 +281,10 @@ class Daemon:
             embedding=self.service.config.embedding,
             dirs=self.service.config.dirs,
         )
-        if self.indexer is not None:  # the time zone of appends and the promotion's settings
+        # The registry's (workspaces added from now on) and the writer's (the time zone of
+        # appends, the promotion's settings) too.
+        self.service.registry.config = self.service.config
+        if self.indexer is not None:
             self.indexer.config = self.service.config
         for ws in new.workspaces:
             with contextlib.suppress(MemdError):
