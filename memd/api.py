@@ -93,6 +93,12 @@ class Api:
         assert ref is not None
         return self.service.registry.get(ref)
 
+    def _targets(self, params: Mapping[str, Any]) -> list[Workspace]:
+        """The workspace a request names, or every workspace when it names none."""
+        if params.get("workspace") is None:
+            return self.service.registry.all()
+        return [self._ws(params)]
+
     def freshness(
         self, ws: Workspace, *, waited_ms: int = 0, walked_stale: int = 0
     ) -> dict[str, Any]:
@@ -124,11 +130,7 @@ class Api:
 
     def status(self, params: Mapping[str, Any]) -> dict[str, Any]:
         only(params, "workspace")
-        targets = (
-            [self._ws(params)]
-            if params.get("workspace") is not None
-            else self.service.registry.all()
-        )
+        targets = self._targets(params)
         with self._process.oneshot():
             daemon = {
                 "pid": os.getpid(),
@@ -347,7 +349,8 @@ class Api:
             appended = self.indexer.append(ws, text).result(timeout=APPEND_WAIT_SECONDS)
         except FutureTimeout:
             raise Timeout(
-                "append: the index did not catch up within 60 s; the text is on disk"
+                f"append: the index did not catch up within {APPEND_WAIT_SECONDS:g} s; "
+                "the text is on disk"
             ) from None
         limit = self.service.config.index.max_file_bytes
         try:
@@ -429,8 +432,8 @@ class Api:
                     result = future.result(timeout=PROMOTE_WAIT_SECONDS)
                 except FutureTimeout:
                     raise Timeout(
-                        "promote: the writer did not finish within 60 s; the promotion goes on "
-                        "and MEMORY.md will show it"
+                        f"promote: the writer did not finish within {PROMOTE_WAIT_SECONDS:g} s; "
+                        "the promotion goes on and MEMORY.md will show it"
                     ) from None
             else:  # a dry run only reads
                 result = run_promotion(
@@ -447,11 +450,7 @@ class Api:
 
     def reindex(self, params: Mapping[str, Any]) -> dict[str, Any]:
         only(params, "workspace", "force", "wait")
-        targets = (
-            [self._ws(params)]
-            if params.get("workspace") is not None
-            else self.service.registry.all()
-        )
+        targets = self._targets(params)
         force = bool(bool_param(params, "force"))
         wait = bool_param(params, "wait")
         futures = [(ws, self.indexer.reindex(ws, force=force)) for ws in targets]

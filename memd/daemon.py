@@ -37,7 +37,7 @@ from memd.fileio import make_private
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
-from memd.registry import load_registry
+from memd.registry import Workspace, load_registry
 from memd.service import MemoryService
 from memd.watch import RESCAN_SESSIONS, Watchers
 from memd_client.errors import MemdError
@@ -158,7 +158,7 @@ class Daemon:
         self.service = service
         for entry in load_registry(self.registry_path):
             service.registry.open_registered(entry)
-        self.indexer = Indexer(service.registry, self.config, clock=self.clock)
+        self.indexer = Indexer(service.registry, clock=self.clock)
         self.indexer.start()
         self.recorder = RecallRecorder(timezone=self.config.timezone, clock=self.clock)
         self.recorder.start()
@@ -170,7 +170,7 @@ class Daemon:
                 clock=self.clock,
             )
         for ws in service.registry.all():
-            self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
+            self._watch(ws)
             self.indexer.request_sync(ws, priority=RECONCILE)  # the start-up reconcile
         self.api = Api(
             service,
@@ -281,18 +281,11 @@ class Daemon:
             embedding=self.service.config.embedding,
             dirs=self.service.config.dirs,
         )
-        # The registry's (workspaces added from now on) and the writer's (the time zone of
-        # appends, the promotion's settings) too.
-        self.service.registry.config = self.service.config
-        if self.indexer is not None:
-            self.indexer.config = self.service.config
         for ws in new.workspaces:
             with contextlib.suppress(MemdError):
-                added = self.service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)
-                if self.indexer is not None:
-                    self.watchers.watch(
-                        added.root, added.extra_paths, self.indexer.changes_of(added)
-                    )
+                self._watch(
+                    self.service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)
+                )
         logger.info("configuration reloaded from %s", new.source)
 
     @contextlib.contextmanager
@@ -371,13 +364,18 @@ class Daemon:
             future = self.indexer.promote(ws, SCHEDULED)
             future.add_done_callback(functools.partial(_log_promotion, name=ws.name))
 
+    def _watch(self, ws: Workspace) -> None:
+        """Watch ``ws``, its changes going to the writer as sync requests."""
+        if self.indexer is not None:
+            self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
+
     def _open_missing(self) -> None:
         """A registered workspace whose directory appeared (a drive mounted) is picked up."""
         if self.service is None or self.indexer is None or not self.service.registry.missing:
             return
         for ws in self.service.registry.open_missing():
             logger.info("workspace %s appeared at %s", ws.name, ws.root)
-            self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
+            self._watch(ws)
             self.indexer.request_sync(ws)
 
     def _count(self, n: int) -> None:

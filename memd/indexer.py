@@ -1,9 +1,10 @@
 """The single writer: one thread applies every index write of every workspace.
 
 Watcher batches, periodic reconciles, appends, promotions into MEMORY.md and read-your-writes
-waits all become jobs on one priority queue; between jobs the thread embeds pending files one at a time, so a long embedding
-backlog never holds up a write that someone waits for. A rebuild (new model or chunking) runs on
-a thread of its own, building a new file while the live index keeps serving and taking writes.
+waits all become jobs on one priority queue; between jobs the thread embeds pending files one
+at a time, so a long embedding backlog never holds up a write that someone waits for. A
+rebuild (new model or chunking) runs on a thread of its own, building a new file while the live
+index keeps serving and taking writes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memd.config import Config
 from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import Thresholds
 from memd.index.sync import SyncReport
@@ -62,12 +62,10 @@ class Indexer:
     def __init__(
         self,
         workspaces: Workspaces,
-        config: Config,
         *,
         clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.workspaces = workspaces
-        self.config = config
         self.clock = clock  # the promotion's "now" (tests set it)
         self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
         self._seq = itertools.count(1)
@@ -105,6 +103,11 @@ class Indexer:
     def _state(self, root: Path) -> _State:
         with self._lock:
             return self._states.setdefault(root, _State())
+
+    def _mark_dirty(self, root: Path, path: str) -> None:
+        """Note that the writer itself changed ``path``: the next sync of ``root`` reads it."""
+        with self._lock:
+            self._states.setdefault(root, _State()).dirty.add(path)
 
     def request_sync(
         self, ws: Workspace, keys: set[str] | None = None, *, priority: int = WATCH
@@ -250,13 +253,14 @@ class Indexer:
             if job is not first and not job.future.set_running_or_notify_cancel():
                 continue
             try:
-                appended = append_daily(ws.root, job.payload, timezone=self.config.timezone)
+                appended = append_daily(
+                    ws.root, job.payload, timezone=self.workspaces.config.timezone
+                )
             except Exception as exc:
                 logger.warning("append to %s failed: %s", ws.name, exc)
                 job.future.set_exception(exc)
                 continue
-            with self._lock:
-                self._states.setdefault(ws.root, _State()).dirty.add(appended.path)
+            self._mark_dirty(ws.root, appended.path)
             written.append((job, appended))
         if not written:
             return
@@ -281,7 +285,7 @@ class Indexer:
     def _promote(
         self, ws: Workspace, thresholds: Thresholds, explain: str | None, include_promoted: bool
     ) -> dict[str, Any]:
-        config = self.config
+        config = self.workspaces.config  # read at each job: a reload may have changed it
         result = run_promotion(
             ws.root,
             thresholds,
@@ -293,8 +297,7 @@ class Indexer:
             clock=self.clock,
         )
         if result["applied"]:
-            with self._lock:
-                self._states.setdefault(ws.root, _State()).dirty.add("MEMORY.md")
+            self._mark_dirty(ws.root, "MEMORY.md")
             self._sync(ws, None)
         return result
 

@@ -301,7 +301,7 @@ def _merge(
         found: dict[int, set[str]] = {}
         for hit, row in zip(_keyword_hits(keyword_rows, terms, options, found), keyword_rows):
             mine = by_id.setdefault(row.id, hit)
-            mine.keyword, mine.exact, mine.text_score = True, hit.exact, hit.text_score
+            mine.keyword, mine.exact = True, hit.exact
             keyword[row.id] = _boost(hit, row.text, found[row.id], row.words, terms)
     chunk, line = _cosines(store, qvec, list(by_id), {r.id: r.score for r in vector_rows})
     if not hybrid:

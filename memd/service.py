@@ -36,7 +36,6 @@ class MemoryService:
     """The reads over every workspace memd knows, with one embedder and one embedding cache."""
 
     def __init__(self, config: Config, *, choice: Choice | None = None) -> None:
-        self.config = config
         self.choice = choice or choose_embedder(
             config.embedding, models_dir=config.dirs.models, state_dir=config.state_dir, probe=True
         )
@@ -73,6 +72,16 @@ class MemoryService:
                     "agent_id": ws.agent_id,
                 }
             )
+
+    @property
+    def config(self) -> Config:
+        """The configuration in force; the registry holds it, so a reload reaches the writer
+        (which reads it there) and the workspaces added later."""
+        return self.registry.config
+
+    @config.setter
+    def config(self, config: Config) -> None:
+        self.registry.config = config
 
     @property
     def embedder(self) -> Embedder | None:

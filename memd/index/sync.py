@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import apsw
 import numpy as np
@@ -43,6 +44,7 @@ __all__ = ["Progress", "SyncReport", "Syncer"]
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
+K = TypeVar("K")
 # A file modified this recently may change again within the same timestamp tick ("racy git"):
 # compare its hash even when size and mtime match the index.
 RACY_NS = 2_000_000_000
@@ -414,7 +416,9 @@ class Syncer:
         )
         vectors: dict[str, tuple[Vectors, Vectors | None]] = {}
         if e is not None and self.cache is not None and same_vectors:
-            vectors = self._cached_vectors(e, [(c.hash, c.text) for c in chunks], report)
+            vectors = self._chunk_vectors(
+                e, [(c.hash, c.hash, c.text) for c in chunks], report, embed=False
+            )
         rows = []
         for c in chunks:
             start, end = c.start_line, c.end_line
@@ -518,7 +522,7 @@ class Syncer:
                 progress("embed", n, len(paths))
             todo = store.unembedded(path)
             try:
-                vectors = self._vectors_for(e, todo, report)
+                vectors = self._chunk_vectors(e, todo, report, embed=True)
             except Exception as exc:  # a provider failure: keep the file pending, say why
                 self._failed(f"{type(exc).__name__}: {exc}")
                 logger.warning("embedding %s failed: %s", path, self.last_error)
@@ -539,38 +543,30 @@ class Syncer:
                 return
             self.reset_backoff()
 
-    def _cached_vectors(
-        self, e: Embedder, chunks: list[tuple[str, str]], report: SyncReport
-    ) -> dict[str, tuple[Vectors, Vectors | None]]:
-        """(vector, line vectors) by chunk hash for the chunks (hash, text) whose vector and
-        line vectors are all in the cache."""
-        assert self.cache is not None
-        wanted = [(h, text, vector_lines(text)) for h, text in chunks]
-        hashes = [h for h, _, lines in wanted for h in (h, *(lh for _, lh in lines))]
-        by_hash = self.cache.get_many(e.settings_key, hashes, e.dims)
-        out = {}
-        for h, _, lines in wanted:
-            if h in by_hash and all(lh in by_hash for _, lh in lines):
-                out[h] = (by_hash[h], _stack([by_hash[lh] for _, lh in lines]))
-                report.cache_hits += 1
-        return out
-
-    def _vectors_for(
-        self, e: Embedder, todo: list[tuple[int, str, str]], report: SyncReport
-    ) -> dict[int, tuple[Vectors, Vectors | None]]:
-        """(vector, line vectors) of the chunks (id, hash, text) in ``todo``: from the cache,
-        the rest embedded (each distinct text once) and put in the cache."""
-        lines = {chunk_id: vector_lines(text) for chunk_id, _, text in todo}
+    def _chunk_vectors(
+        self,
+        e: Embedder,
+        chunks: list[tuple[K, str, str]],
+        report: SyncReport,
+        *,
+        embed: bool,
+    ) -> dict[K, tuple[Vectors, Vectors | None]]:
+        """(vector, line vectors) of the chunks (key, hash, text): from the cache, and with
+        ``embed`` the missing texts embedded (each distinct one once) and cached; without it,
+        only the chunks whose vector and line vectors are all cached."""
+        lines = {key: vector_lines(text) for key, _, text in chunks}
         texts: dict[str, str] = {}
-        for chunk_id, h, text in todo:
+        for key, h, text in chunks:
             texts.setdefault(h, text)
-            for line, lh in lines[chunk_id]:
+            for line, lh in lines[key]:
                 texts.setdefault(lh, line)
         by_hash: dict[str, Vectors] = {}
         if self.cache is not None:
             by_hash = self.cache.get_many(e.settings_key, texts, e.dims)
-            report.cache_hits += sum(1 for _, h, _ in todo if h in by_hash)
-        items = [(h, text) for h, text in texts.items() if h not in by_hash]
+        report.cache_hits += sum(
+            1 for key, h, _ in chunks if h in by_hash and all(lh in by_hash for _, lh in lines[key])
+        )
+        items = [(h, text) for h, text in texts.items() if h not in by_hash] if embed else []
         for start in range(0, len(items), e.batch_size):
             batch = items[start : start + e.batch_size]
             vectors = e.embed_batch([t for _, t in batch], kind="document")
@@ -580,8 +576,9 @@ class Syncer:
             by_hash.update(fresh)
             report.embedded += len(batch)
         return {
-            chunk_id: (by_hash[h], _stack([by_hash[lh] for _, lh in lines[chunk_id]]))
-            for chunk_id, h, _ in todo
+            key: (by_hash[h], _stack([by_hash[lh] for _, lh in lines[key]]))
+            for key, h, _ in chunks
+            if h in by_hash and all(lh in by_hash for _, lh in lines[key])
         }
 
 
