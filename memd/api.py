@@ -36,7 +36,7 @@ from memd.indexer import URGENT, Indexer
 from memd.markdown.read import MemoryPath
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.registry import Workspace, save_registry
-from memd.scopes import Caller, allowed_sources, is_longterm
+from memd.scopes import ANONYMOUS, Caller, allowed_sources, is_longterm
 from memd.service import MemoryService
 from memd.text import first_control
 from memd.watch import Watchers
@@ -118,7 +118,7 @@ class Api:
 
     # -- methods --------------------------------------------------------------------------------
 
-    def hello(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def hello(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
         only(params, "client", "protocol", "agent_id", "session_key", "chat_type", "channel")
         return {
             "protocol": PROTOCOL_VERSION,
@@ -128,7 +128,7 @@ class Api:
             "methods": sorted(METHODS),
         }
 
-    def status(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def status(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
         only(params, "workspace")
         targets = self._targets(params)
         with self._process.oneshot():
@@ -190,7 +190,7 @@ class Api:
         # Transcripts are returned only to their own agent; an anonymous caller sees none.
         return bool(caller.agent_id) and caller.agent_id == ws.agent_id
 
-    def search(self, params: Mapping[str, Any], caller: Caller | None = None) -> dict[str, Any]:
+    def search(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
         only(
             params,
             "workspace",
@@ -203,7 +203,6 @@ class Api:
             "mmr",
             "sources",
         )
-        caller = caller or Caller()
         ws = self._ws(params)
         query = str_param(params, "query")
         assert query is not None
@@ -253,9 +252,8 @@ class Api:
             "sources": sources,
         }
 
-    def get(self, params: Mapping[str, Any], caller: Caller | None = None) -> dict[str, Any]:
+    def get(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
         only(params, "workspace", "path", "from", "lines")
-        caller = caller or Caller()
         ws = self._ws(params)
         path = params.get("path")
         if not isinstance(path, str):
@@ -292,7 +290,7 @@ class Api:
             "freshness": self.freshness(ws),
         }
 
-    def append(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def append(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
         only(params, "workspace", "text", "idempotency_key")
         ws = self._ws(params)
         text = str_param(params, "text")
@@ -371,7 +369,9 @@ class Api:
             "freshness": self.freshness(ws),
         }
 
-    def record_recall(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def record_recall(
+        self, params: Mapping[str, Any], caller: Caller = ANONYMOUS
+    ) -> dict[str, Any]:
         only(params, "workspace", "query", "results")
         ws = self._ws(params)
         query = str_param(params, "query")
@@ -393,7 +393,7 @@ class Api:
         with _workspace_write("record recalls"):
             return {"recorded": store.record(query or "", clean)}
 
-    def promote(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def promote(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
         only(
             params,
             "workspace",
@@ -448,7 +448,7 @@ class Api:
         result["workspace"] = ws.name
         return result
 
-    def reindex(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def reindex(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
         only(params, "workspace", "force", "wait")
         targets = self._targets(params)
         force = bool(bool_param(params, "force"))
@@ -475,7 +475,9 @@ class Api:
             )
         return {"workspaces": reports}
 
-    def workspace_add(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def workspace_add(
+        self, params: Mapping[str, Any], caller: Caller = ANONYMOUS
+    ) -> dict[str, Any]:
         only(params, "path", "name", "extra_paths", "sessions_dir", "agent_id")
         path = str_param(params, "path")
         assert path is not None
@@ -499,7 +501,9 @@ class Api:
         self.indexer.request_sync(ws)
         return _ws_entry(ws)
 
-    def workspace_remove(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def workspace_remove(
+        self, params: Mapping[str, Any], caller: Caller = ANONYMOUS
+    ) -> dict[str, Any]:
         only(params, "workspace")
         ref = str_param(params, "workspace")
         if ref is not None and self.service.registry.forget_missing(ref):
@@ -511,7 +515,9 @@ class Api:
         self._save_registry()
         return {"removed": removed}
 
-    def workspace_list(self, params: Mapping[str, Any]) -> dict[str, Any]:
+    def workspace_list(
+        self, params: Mapping[str, Any], caller: Caller = ANONYMOUS
+    ) -> dict[str, Any]:
         only(params)
         return {
             "workspaces": [_ws_entry(ws) for ws in self.service.registry.all()],
@@ -548,8 +554,6 @@ def _workspace_write(what: str) -> Iterator[None]:
         where = f" ({exc.filename})" if exc.filename else ""
         raise PathRefused(f"cannot {what}: {exc.strerror or exc}{where}") from None
 
-
-CALLER_METHODS = frozenset({"search", "get"})
 
 METHODS = (
     "hello",

@@ -1,8 +1,12 @@
 """The composition root and lifecycle of ``memd run``.
 
-Start-up order: config -> stores -> indexer -> watchers -> socket (last), then READY=1 to
-systemd. Shutdown runs in reverse: stop accepting, stop watchers, let the writer finish its
-job, close the stores and the model. Signal handlers only record the signal; the main loop acts.
+Start-up: the lock and private state directory, then :func:`build` wires every part once
+(stores -> writer -> recorder -> watchers -> socket, last), then READY=1 to systemd. Shutdown
+runs in reverse: stop accepting, stop watchers, let the writer finish its job, close the stores
+and the model. Signal handlers only record the signal; the main loop acts.
+
+Over 400 lines: the lifecycle and the one place that wires the parts belong together, so the
+start order and the stop order are read (and changed) side by side.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from memd.fileio import make_private
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
-from memd.registry import Workspace, load_registry
+from memd.registry import Workspace, Workspaces, load_registry
 from memd.service import MemoryService
 from memd.watch import RESCAN_SESSIONS, Watchers
 from memd_client.errors import MemdError
@@ -111,16 +115,11 @@ class Daemon:
         self.should_exit = threading.Event()
         self.reload_requested = threading.Event()
         self.ready = threading.Event()
-        self.service: MemoryService | None = None
-        self.indexer: Indexer | None = None
-        self.server: Server | None = None
-        self.api: Api | None = None
         self.watchers = Watchers(debounce_ms=self.debounce_ms)
+        self.clock = clock
+        self.parts: Parts | None = None  # built by startup(), closed by shutdown()
         self._lock_fds: list[int] = []
         self._umask: int | None = None
-        self.clock = clock
-        self.recorder: RecallRecorder | None = None
-        self.schedule: Schedule | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -154,48 +153,27 @@ class Daemon:
                 tightened,
                 self.config.state_dir,
             )
-        service = MemoryService(self.config, choice=self.choice)
-        self.service = service
-        for entry in load_registry(self.registry_path):
-            service.registry.open_registered(entry)
-        self.indexer = Indexer(service.registry, clock=self.clock)
-        self.indexer.start()
-        self.recorder = RecallRecorder(timezone=self.config.timezone, clock=self.clock)
-        self.recorder.start()
-        if self.config.dreaming.enabled:
-            self.schedule = Schedule(
-                self.config.dreaming.schedule,
-                timezone=self.config.timezone,
-                state_path=self.config.state_dir / "dreaming.json",
-                clock=self.clock,
-            )
-        for ws in service.registry.all():
-            self._watch(ws)
-            self.indexer.request_sync(ws, priority=RECONCILE)  # the start-up reconcile
-        self.api = Api(
-            service,
-            self.indexer,
-            self.watchers,
-            registry=self.registry_path,
-            socket_path=str(self.socket_path),
-            recorder=self.recorder,
-            schedule=self.schedule,
+        self.parts = parts = build(
+            self.config,
+            choice=self.choice,
+            socket_path=self.socket_path,
+            watchers=self.watchers,
+            on_count=self._count,
             clock=self.clock,
         )
-        self.server = Server(self.socket_path, Dispatcher(self.api), on_count=self._count)
-        self.server.bind()
-        self.server.start()
         self.ready.set()
         sd_notify("READY=1")
         logger.info(
             "memd %d ready on %s with %d workspace(s), embedder %s",
             os.getpid(),
             self.socket_path,
-            len(service.registry.all()),
-            service.embedder.describe() if service.embedder else "none (keyword-only)",
+            len(parts.registry.all()),
+            parts.service.embedder.describe() if parts.service.embedder else "none (keyword-only)",
         )
 
     def main_loop(self) -> None:
+        assert self.parts is not None
+        parts = self.parts
         next_health = time.monotonic() + HEALTH_EVERY_S
         next_reconcile = time.monotonic() + self.config.watch.reconcile_seconds
         watchdog_usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
@@ -206,53 +184,42 @@ class Daemon:
         work_seen = 0
         while not self.should_exit.wait(0.25):
             now = time.monotonic()
-            if self.indexer is not None and self.service is not None:
-                busy = (
-                    self.indexer.jobs_done,
-                    any(ws.syncer.rebuilding for ws in self.service.registry.all()),
-                )
-                if busy != (work_seen, False):
-                    work_seen = busy[0]
-                    next_release = now + RELEASE_AFTER_S  # not quiet yet
-                elif now >= next_release:
-                    next_release = float("inf")  # until the next burst of work
-                    release_memory()
+            busy = (
+                parts.indexer.jobs_done,
+                any(ws.syncer.rebuilding for ws in parts.registry.all()),
+            )
+            if busy != (work_seen, False):
+                work_seen = busy[0]
+                next_release = now + RELEASE_AFTER_S  # not quiet yet
+            elif now >= next_release:
+                next_release = float("inf")  # until the next burst of work
+                release_memory()
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self.reload()
             if now >= next_health:
                 next_health = now + HEALTH_EVERY_S
                 self.watchers.check_health()
-                self._open_missing()
-            if now >= next_reconcile and self.indexer and self.service:
+                self._open_missing(parts)
+            if now >= next_reconcile:
                 next_reconcile = now + self.config.watch.reconcile_seconds
-                for ws in self.service.registry.all():
-                    self.indexer.request_sync(ws, priority=RECONCILE)
-            if now >= next_sessions_check and self.service and self.indexer:
+                for ws in parts.registry.all():
+                    parts.indexer.request_sync(ws, priority=RECONCILE)
+            if now >= next_sessions_check:
                 next_sessions_check = now + self.config.sessions.check_seconds
-                self._check_sessions()
-            if self.schedule is not None and now >= next_dream_check:
+                self._check_sessions(parts)
+            if parts.schedule is not None and now >= next_dream_check:
                 next_dream_check = now + 30
-                self._maybe_promote()
+                self._maybe_promote(parts)
             if watchdog_usec and now >= next_ping:
                 next_ping = now + watchdog_usec / 2e6
                 sd_notify("WATCHDOG=1")
 
     def shutdown(self) -> None:
         sd_notify("STOPPING=1")
-        if self.server is not None:
-            self.server.stop()
-            self.server = None
-        self.watchers.stop()
-        if self.recorder is not None:
-            self.recorder.stop()
-            self.recorder = None
-        if self.indexer is not None:
-            self.indexer.stop()
-            self.indexer = None
-        if self.service is not None:
-            self.service.close()
-            self.service = None
+        if self.parts is not None:
+            self.parts.close()
+            self.parts = None
         while self._lock_fds:  # the lock files stay; unlinking them would reopen the race
             os.close(self._lock_fds.pop())
         if self._umask is not None:  # a daemon run inside another program (tests) gives it back
@@ -269,23 +236,23 @@ class Daemon:
         except MemdError as exc:
             logger.error("config reload failed, keeping the old one: %s", exc)
             return
-        if self.service is None:
+        if self.parts is None:
             return
+        service = self.parts.service
         if (new.index, new.embedding) != (self.config.index, self.config.embedding):
             logger.warning("[index] and [embedding] changes take effect when memd restarts")
         self.config = new
         # What the running stores and embedder were built with stays; the rest applies now.
-        self.service.config = dataclasses.replace(
+        service.config = dataclasses.replace(
             new,
-            index=self.service.config.index,
-            embedding=self.service.config.embedding,
-            dirs=self.service.config.dirs,
+            index=service.config.index,
+            embedding=service.config.embedding,
+            dirs=service.config.dirs,
         )
         for ws in new.workspaces:
             with contextlib.suppress(MemdError):
-                self._watch(
-                    self.service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)
-                )
+                added = service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)
+                self.parts.watch(added)
         logger.info("configuration reloaded from %s", new.source)
 
     @contextlib.contextmanager
@@ -315,10 +282,6 @@ class Daemon:
 
     # -- parts ----------------------------------------------------------------------------------
 
-    @property
-    def registry_path(self) -> Path:
-        return self.config.state_dir / "workspaces.json"
-
     def _take_lock(self) -> None:
         """One memd per state directory and per socket directory: flocks held for the life of
         the process (released on crash). Two daemons on one MEMD_HOME with different sockets
@@ -340,44 +303,115 @@ class Daemon:
             os.write(fd, f"{os.getpid()}\n".encode())
             self._lock_fds.append(fd)
 
-    def _check_sessions(self) -> None:
+    def _check_sessions(self, parts: Parts) -> None:
         """Transcripts are not watched event by event: every few seconds a cheap stat pass asks
         whether one passed its delta (or went quiet) and queues a sync when it did."""
-        assert self.service is not None and self.indexer is not None
-        for ws in self.service.registry.all():
+        for ws in parts.registry.all():
             try:
                 if ws.syncer.sessions_due():
-                    self.indexer.request_sync(ws, {RESCAN_SESSIONS})
+                    parts.indexer.request_sync(ws, {RESCAN_SESSIONS})
             except Exception as exc:
                 logger.warning("checking transcripts of %s failed: %s", ws.name, exc)
 
-    def _maybe_promote(self) -> None:
+    def _maybe_promote(self, parts: Parts) -> None:
         """The scheduled promotion: once per due slot (a missed slot runs once, at start).
         Each workspace's is a job of the writer; this loop does not wait for them."""
-        assert self.schedule is not None
-        if not self.schedule.due() or self.service is None or self.indexer is None:
+        if parts.schedule is None or not parts.schedule.due():
             return
-        self.schedule.mark_ran()
-        if self.recorder is not None:
-            self.recorder.wait_idle()
-        for ws in self.service.registry.all():
-            future = self.indexer.promote(ws, SCHEDULED)
+        parts.schedule.mark_ran()
+        parts.recorder.wait_idle()
+        for ws in parts.registry.all():
+            future = parts.indexer.promote(ws, SCHEDULED)
             future.add_done_callback(functools.partial(_log_promotion, name=ws.name))
 
-    def _watch(self, ws: Workspace) -> None:
-        """Watch ``ws``, its changes going to the writer as sync requests."""
-        if self.indexer is not None:
-            self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
-
-    def _open_missing(self) -> None:
+    def _open_missing(self, parts: Parts) -> None:
         """A registered workspace whose directory appeared (a drive mounted) is picked up."""
-        if self.service is None or self.indexer is None or not self.service.registry.missing:
+        if not parts.registry.missing:
             return
-        for ws in self.service.registry.open_missing():
+        for ws in parts.registry.open_missing():
             logger.info("workspace %s appeared at %s", ws.name, ws.root)
-            self._watch(ws)
-            self.indexer.request_sync(ws)
+            parts.watch(ws)
+            parts.indexer.request_sync(ws)
 
     def _count(self, n: int) -> None:
-        if self.api is not None:
-            self.api.connections = n
+        if self.parts is not None:
+            self.parts.api.connections = n
+
+
+@dataclasses.dataclass
+class Parts:
+    """Everything a running daemon is made of, built once by :func:`build`."""
+
+    service: MemoryService
+    indexer: Indexer
+    recorder: RecallRecorder
+    schedule: Schedule | None
+    watchers: Watchers
+    api: Api
+    server: Server
+    _stack: contextlib.ExitStack
+
+    @property
+    def registry(self) -> Workspaces:
+        return self.service.registry
+
+    def watch(self, ws: Workspace) -> None:
+        """Watch ``ws``, its changes going to the writer as sync requests."""
+        self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
+
+    def close(self) -> None:
+        """Stop in the reverse order of start: the socket first, the stores and model last."""
+        self._stack.close()
+
+
+def build(
+    config: Config,
+    *,
+    choice: Choice | None,
+    socket_path: Path,
+    watchers: Watchers,
+    on_count: Callable[[int], None],
+    clock: Callable[[], datetime] | None,
+) -> Parts:
+    """Wire and start every part: stores, writer, recall recorder, watchers, then the socket
+    (last, so no request arrives before the rest is up). Whatever started is stopped again if a
+    later part fails."""
+    with contextlib.ExitStack() as stack:
+        service = MemoryService(config, choice=choice)
+        stack.callback(service.close)
+        for entry in load_registry(config.state_dir / "workspaces.json"):
+            service.registry.open_registered(entry)
+        indexer = Indexer(service.registry, clock=clock)
+        indexer.start()
+        stack.callback(indexer.stop)
+        recorder = RecallRecorder(timezone=config.timezone, clock=clock)
+        recorder.start()
+        stack.callback(recorder.stop)
+        schedule = None
+        if config.dreaming.enabled:
+            schedule = Schedule(
+                config.dreaming.schedule,
+                timezone=config.timezone,
+                state_path=config.state_dir / "dreaming.json",
+                clock=clock,
+            )
+        stack.callback(watchers.stop)
+        for ws in service.registry.all():
+            watchers.watch(ws.root, ws.extra_paths, indexer.changes_of(ws))
+            indexer.request_sync(ws, priority=RECONCILE)  # the start-up reconcile
+        api = Api(
+            service,
+            indexer,
+            watchers,
+            registry=config.state_dir / "workspaces.json",
+            socket_path=str(socket_path),
+            recorder=recorder,
+            schedule=schedule,
+            clock=clock,
+        )
+        server = Server(socket_path, Dispatcher(api), on_count=on_count)
+        stack.callback(server.stop)
+        server.bind()
+        server.start()
+        parts = Parts(service, indexer, recorder, schedule, watchers, api, server, stack.pop_all())
+    return parts

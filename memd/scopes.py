@@ -9,7 +9,7 @@ from typing import Any
 from memd.config import ScopeRule
 from memd_client.errors import BadRequest
 
-__all__ = ["SOURCE_CLASSES", "Caller", "allowed_sources", "is_longterm"]
+__all__ = ["ANONYMOUS", "SOURCE_CLASSES", "Caller", "allowed_sources", "is_longterm"]
 
 SOURCE_CLASSES = ("longterm", "memory", "sessions")
 _FIELDS = ("agent_id", "session_key", "chat_type", "channel")
@@ -53,6 +53,9 @@ class Caller:
 
     def to_dict(self) -> dict[str, str]:
         return {f: getattr(self, f) for f in _FIELDS}
+
+
+ANONYMOUS = Caller()  # a caller that said nothing about itself
 
 
 def _matches(rule: ScopeRule, caller: Caller) -> bool:

@@ -218,7 +218,8 @@ def test_oversized_frame_closes_its_connection(daemon: Daemon) -> None:
 
 
 def test_half_sent_frame_is_dropped_after_the_deadline(daemon: Daemon) -> None:
-    daemon.server.frame_timeout = 0.5  # type: ignore[union-attr]
+    assert daemon.parts is not None
+    daemon.parts.server.frame_timeout = 0.5
     with client(daemon) as good:
         bad = raw(daemon)
         try:

@@ -162,16 +162,16 @@ def oracle(root: Path, scratch: Path, embedder: Embedder | None = None) -> Dump:
 
 
 def live_dump(daemon: Daemon, name: str) -> Dump:
-    assert daemon.service is not None
-    return daemon.service.dump(name)
+    assert daemon.parts is not None
+    return daemon.parts.service.dump(name)
 
 
 def check_honest(daemon: Daemon, name: str, root: Path, expected: Dump) -> tuple[int, list[str]]:
     """Check that nothing is marked indexed that was not: every file whose index row matches the
     disk (size and mtime) must hold exactly the oracle's rows, with vectors unless the row says
     some are pending. Returns how many files claim to be indexed, and the problems found."""
-    assert daemon.service is not None
-    ws = daemon.service.registry.get(name)
+    assert daemon.parts is not None
+    ws = daemon.parts.service.registry.get(name)
     with ws.index.reader() as store:
         rows = store.files()
         dump = store.dump()
@@ -519,10 +519,10 @@ def test_file_swapped_between_scan_and_read(tmp_path: Path) -> None:
     for path in swapped.values():
         path.write_text("# to be swapped\n\nswapped away before it is read\n")
     with running_daemon() as daemon, client(daemon) as c:
-        assert daemon.service is not None
+        assert daemon.parts is not None
         try:
             c.workspace_add(ws, name="swap")  # queues the first full sync of 404 files
-            index = daemon.service.registry.get("swap").index
+            index = daemon.parts.service.registry.get("swap").index
 
             def started() -> bool:  # the walk is done once the first file is committed
                 with index.reader() as store:

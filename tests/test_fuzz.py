@@ -751,7 +751,7 @@ def test_live_malformed_frames(fuzz_ws: Path, memd_log: pytest.LogCaptureFixture
     where = f"(MEMD_FUZZ_SEED={seed})"
     proc = psutil.Process()
     with running_daemon() as daemon:
-        server = daemon.server
+        server = daemon.parts.server if daemon.parts else None
         assert server is not None
         with memd_client.connect(daemon.socket_path, timeout=SOCKET_TIMEOUT) as c:
             c.call("workspace_add", path=str(fuzz_ws), name=WORKSPACE)

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from memd.api import CALLER_METHODS, METHODS, Api
-from memd.scopes import Caller
+from memd.api import METHODS, Api
+from memd.scopes import ANONYMOUS, Caller
 from memd_client.errors import BadRequest, Code, MemdError, UnknownMethod, to_wire
 from memd_client.protocol import RESPONSE, Request
 
@@ -32,16 +32,15 @@ class Dispatcher:
             if request.method == "hello":
                 # The identity a connection declares holds for its later requests.
                 state["caller"] = Caller.from_params(request.params)
-            if request.method in CALLER_METHODS:
-                caller = state.get("caller") or Caller()
-                override = request.params.get("caller")
-                if override is not None:
-                    if not isinstance(override, dict):
-                        raise BadRequest("caller must be a map of agent_id, session_key, ...")
-                    caller = caller.merged(Caller.from_params(override))
-                params = {k: v for k, v in request.params.items() if k != "caller"}
-                return [RESPONSE, request.msgid, None, handler(params, caller)]
-            return [RESPONSE, request.msgid, None, handler(request.params)]
+            # Every method runs for a caller: the connection's, or one request's override.
+            caller = state.get("caller") or ANONYMOUS
+            override = request.params.get("caller")
+            if override is not None:
+                if not isinstance(override, dict):
+                    raise BadRequest("caller must be a map of agent_id, session_key, ...")
+                caller = caller.merged(Caller.from_params(override))
+            params = {k: v for k, v in request.params.items() if k != "caller"}
+            return [RESPONSE, request.msgid, None, handler(params, caller)]
         except MemdError as exc:
             return [RESPONSE, request.msgid, to_wire(exc), None]
         except Exception as exc:
