@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import threading
 import time
@@ -18,9 +19,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import apsw
 import psutil
@@ -31,8 +33,10 @@ from memd.dreams.ranking import MANUAL
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
+from memd.flush import SILENT_REPLY, check_flush_target, daily_log, flush_plan, is_silent
 from memd.freshness import freshness
 from memd.indexer import URGENT, Indexer
+from memd.markdown.context import DEFAULT_CONTEXT_CHARS, session_context
 from memd.markdown.read import MemoryPath
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.registry import Workspace, save_registry
@@ -46,6 +50,7 @@ from memd_client.protocol import PROTOCOL_VERSION
 __all__ = ["Api"]
 
 MAX_WAIT_MS = 60_000
+MAX_CONTEXT_CHARS = 200_000
 APPEND_WAIT_SECONDS = 60.0
 PROMOTE_WAIT_SECONDS = 60.0
 # How long the first search of a never-indexed workspace waits for its keyword rows.
@@ -115,6 +120,12 @@ class Api:
         except (FutureTimeout, IndexError_):
             pass  # the reply's freshness says what is still pending
         return int((time.monotonic() - start) * 1000)
+
+    def now(self) -> datetime:
+        """Now, in the user's time zone (the machine's when none is configured)."""
+        moment = self.clock() if self.clock else datetime.now(UTC)
+        zone = self.service.config.timezone
+        return moment.astimezone(ZoneInfo(zone)) if zone else moment.astimezone()
 
     # -- methods --------------------------------------------------------------------------------
 
@@ -290,11 +301,77 @@ class Api:
             "freshness": self.freshness(ws),
         }
 
+    def context(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
+        """The session-start context: MEMORY.md, today's and yesterday's logs, under a budget."""
+        only(params, "workspace", "max_chars")
+        ws = self._ws(params)
+        max_chars = int_param(params, "max_chars", 1, MAX_CONTEXT_CHARS) or DEFAULT_CONTEXT_CHARS
+        allowed = allowed_sources(caller, self.service.config.scopes)
+        day = self.now().date()
+        if "memory" not in allowed:
+            sections = []
+        else:
+            sections = session_context(
+                ws.root,
+                day=day,
+                max_chars=max_chars,
+                longterm="longterm" in allowed,
+                check=functools.partial(self._check_longterm, allowed),
+                extra_paths=ws.extra_paths,
+            )
+        parts = [f"## {s.title}: {s.citation}\n{s.text}" for s in sections]
+        return {
+            "text": "\n\n".join(parts),
+            "sections": [
+                {
+                    "path": s.path,
+                    "title": s.title,
+                    "start_line": s.start_line,
+                    "end_line": s.end_line,
+                    "total_lines": s.total_lines,
+                    "truncated": s.truncated,
+                    "citation": s.citation,
+                    "text": s.text,
+                }
+                for s in sections
+            ],
+            "date": day.isoformat(),
+            "max_chars": max_chars,
+            "longterm": "longterm" in allowed,
+            "freshness": self.freshness(ws),
+        }
+
+    @staticmethod
+    def _check_longterm(allowed: set[str], target: MemoryPath) -> None:
+        # A daily log that is a symlink to MEMORY.md is long-term memory too.
+        if target.longterm and "longterm" not in allowed:
+            raise PathRefused("long-term memory is not available in this chat")
+
+    def flush_plan(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
+        """When and how an agent host flushes a session to memory before compaction."""
+        only(params, "workspace")
+        self._ws(params)
+        return flush_plan(self.now(), timezone=self.service.config.timezone)
+
     def append(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
-        only(params, "workspace", "text", "idempotency_key")
+        only(params, "workspace", "text", "idempotency_key", "path", "flush")
         ws = self._ws(params)
         text = str_param(params, "text")
         assert text is not None
+        day = self.now().date()
+        path = str_param(params, "path", required=False)
+        if path is not None:  # the caller says where it means to write: only today's log
+            check_flush_target(path, day)
+        if bool_param(params, "flush") and is_silent(text):
+            # A flush that found nothing worth keeping: nothing is written.
+            return {
+                "path": daily_log(day),
+                "start_line": None,
+                "end_line": None,
+                "written": False,
+                "note": f"{SILENT_REPLY}: nothing to store",
+                "freshness": self.freshness(ws),
+            }
         bad = first_control(text.replace("\r\n", "\n"), allowed="\t\n")
         if bad is not None:
             raise BadRequest(
@@ -305,7 +382,7 @@ class Api:
         if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 128):
             raise BadRequest("idempotency_key must be a string of 1 to 128 characters")
         if key is None:
-            return self._append(ws, text)
+            return self._append(ws, text, day)
         # The first request with a key appends; the same key again (a client retrying after a
         # timeout, whose first request may still be running) waits for that one and gets its
         # result. Keys are kept for 10 minutes, 10,000 at most.
@@ -333,7 +410,7 @@ class Api:
             result["freshness"] = self.freshness(ws)
             return result
         try:
-            result = self._append(ws, text)
+            result = self._append(ws, text, day)
         except BaseException as exc:
             with self._appends_lock:
                 self._appends.pop((ws.root, key), None)  # failed: a retry may try again
@@ -342,9 +419,9 @@ class Api:
         slot.set_result(result)
         return result
 
-    def _append(self, ws: Workspace, text: str) -> dict[str, Any]:
+    def _append(self, ws: Workspace, text: str, day: date) -> dict[str, Any]:
         try:
-            appended = self.indexer.append(ws, text).result(timeout=APPEND_WAIT_SECONDS)
+            appended = self.indexer.append(ws, text, day=day).result(timeout=APPEND_WAIT_SECONDS)
         except FutureTimeout:
             raise Timeout(
                 f"append: the index did not catch up within {APPEND_WAIT_SECONDS:g} s; "
@@ -365,6 +442,7 @@ class Api:
             "path": appended.path,
             "start_line": appended.start_line,
             "end_line": appended.end_line,
+            "written": True,
             "note": note,
             "freshness": self.freshness(ws),
         }
@@ -567,4 +645,6 @@ METHODS = (
     "workspace_remove",
     "workspace_list",
     "promote",
+    "context",
+    "flush_plan",
 )

@@ -1,4 +1,5 @@
-"""Files replaced whole or not at all, and the fsyncs that make a write or a rename durable."""
+"""Writes that happen whole or not at all: files replaced in one rename, entries appended in
+one piece, and the fsyncs that make a write or a rename durable."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["fsync", "fsync_dir", "write_atomic"]
+__all__ = ["append_whole", "fsync", "fsync_dir", "write_atomic"]
 
 # What a filesystem that cannot fsync a directory answers (some network and FUSE ones).
 _NO_DIR_FSYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF}
@@ -62,3 +63,24 @@ def write_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def append_whole(fd: int, data: bytes, size: int) -> None:
+    """Write ``data`` to the end of ``fd`` (opened with O_APPEND; ``size`` bytes long before)
+    and fsync it, all or nothing.
+
+    A full disk takes what fits and refuses the rest: then the part that was written is cut
+    off again (unless someone else wrote after it, which only they can undo) and the
+    OSError is raised, so a file never ends in half an entry.
+    """
+    view = memoryview(data)
+    written = 0
+    try:
+        while written < len(data):
+            written += os.write(fd, view[written:])
+        fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            if written and os.fstat(fd).st_size == size + written:
+                os.ftruncate(fd, size)
+        raise

@@ -37,10 +37,10 @@ from memd.dreams.ranking import SCHEDULED
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.embed.select import Choice
-from memd.fileio import make_private
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
+from memd.private import make_private
 from memd.registry import Workspace, Workspaces, load_registry
 from memd.service import MemoryService
 from memd.watch import RESCAN_SESSIONS, Watchers

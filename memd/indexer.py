@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +142,10 @@ class Indexer:
 
         return changed
 
-    def append(self, ws: Workspace, text: str) -> Future[Appended]:
-        """Append ``text`` to today's daily log of ``ws``; resolves once it is searchable."""
-        job = _Job(URGENT, next(self._seq), "append", ws.root, Future(), payload=text)
+    def append(self, ws: Workspace, text: str, *, day: date | None = None) -> Future[Appended]:
+        """Append ``text`` to the daily log of ``ws`` for ``day`` (today in the user's time zone
+        when not given); resolves once it is searchable."""
+        job = _Job(URGENT, next(self._seq), "append", ws.root, Future(), payload=(text, day))
         self._check_running()
         self._queue.put(job)
         return job.future
@@ -253,8 +254,9 @@ class Indexer:
             if job is not first and not job.future.set_running_or_notify_cancel():
                 continue
             try:
+                text, day = job.payload
                 appended = append_daily(
-                    ws.root, job.payload, timezone=self.workspaces.config.timezone
+                    ws.root, text, timezone=self.workspaces.config.timezone, day=day
                 )
             except Exception as exc:
                 logger.warning("append to %s failed: %s", ws.name, exc)

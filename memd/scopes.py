@@ -9,7 +9,15 @@ from typing import Any
 from memd.config import ScopeRule
 from memd_client.errors import BadRequest
 
-__all__ = ["ANONYMOUS", "SOURCE_CLASSES", "Caller", "allowed_sources", "is_longterm"]
+__all__ = [
+    "ANONYMOUS",
+    "SHARED_CHATS",
+    "SOURCE_CLASSES",
+    "Caller",
+    "default_decision",
+    "allowed_sources",
+    "is_longterm",
+]
 
 SOURCE_CLASSES = ("longterm", "memory", "sessions")
 _FIELDS = ("agent_id", "session_key", "chat_type", "channel")
@@ -66,12 +74,25 @@ def _matches(rule: ScopeRule, caller: Caller) -> bool:
     return not (rule.key_prefix and not caller.session_key.startswith(rule.key_prefix))
 
 
+# Chats that other people read. Long-term memory (MEMORY.md) holds what the user chose to keep
+# about themselves; as in OpenClaw, it is not served there unless a scope rule allows it.
+SHARED_CHATS = frozenset({"group", "channel"})
+
+
+def default_decision(source: str, caller: Caller) -> str:
+    """What applies to ``source`` when no scope rule matches: allow, except long-term memory in
+    a group or channel chat. Direct chats and callers that give no chat type are allowed."""
+    if source == "longterm" and caller.chat_type in SHARED_CHATS:
+        return "deny"
+    return "allow"
+
+
 def allowed_sources(caller: Caller, rules: Sequence[ScopeRule]) -> set[str]:
     """The source classes ``caller`` may search: for each class, the first rule that matches the
-    caller and names the class decides; with no such rule the class is allowed."""
+    caller and names the class decides; with no such rule, :func:`default_decision`."""
     allowed = set()
     for source in SOURCE_CLASSES:
-        decision = "allow"
+        decision = default_decision(source, caller)
         for rule in rules:
             if source in rule.sources and _matches(rule, caller):
                 decision = rule.action

@@ -129,7 +129,8 @@ def test_a_missed_scheduled_run_happens_once_at_the_next_start(tmp_path: Path) -
             time.sleep(0.05)
         text = _read(ws / "MEMORY.md")
         assert text.count("## Promoted From Short-Term Memory (2026-04-09)") == 1
-        daemon._maybe_promote()  # not due again until the next 03:00
+        assert daemon.parts is not None
+        daemon._maybe_promote(daemon.parts)  # not due again until the next 03:00
         assert _read(ws / "MEMORY.md") == text
         with memd_client.connect(daemon.socket_path) as c:
             nxt = c.status("agent")["workspaces"][0]["dreaming"]["next_run"]

@@ -424,7 +424,9 @@ METHOD_PARAMS: dict[str, list[str]] = {
         *("wait_ms", "decay", "mmr", "sources", "caller"),
     ],
     "get": ["workspace", "path", "from", "lines", "caller"],
-    "append": ["workspace", "text"],
+    "append": ["workspace", "text", "path", "flush", "caller"],
+    "context": ["workspace", "max_chars", "caller"],
+    "flush_plan": ["workspace"],
     "record_recall": ["workspace", "query", "results"],
     "promote": [
         *("workspace", "apply", "explain", "include_promoted", "limit"),

@@ -142,7 +142,7 @@ def test_one_daemon_per_state_directory_whatever_the_socket(sock_dir: Path) -> N
 def test_everything_memd_creates_is_private_whatever_the_umask(
     sock_dir: Path, memd_home: Path, tmp_path: Path
 ) -> None:
-    from memd.fileio import not_private
+    from memd.private import not_private
 
     state = memd_home / "state"
     (state / "indexes").mkdir(parents=True, mode=0o755)

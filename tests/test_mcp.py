@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -17,7 +16,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
 import memd_client
-from memd.ctl.mcp_server import get_reply, search_reply
+from memd.ctl.mcp_server import get_reply, search_reply, split_citation
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
 
@@ -80,16 +79,30 @@ def _serve(params: StdioServerParameters, body: Callable[[ClientSession], Awaita
     return asyncio.run(go())
 
 
-async def _call(session: ClientSession, name: str, **arguments: Any) -> dict[str, Any]:
+async def _result(session: ClientSession, name: str, **arguments: Any) -> CallToolResult:
     result = await session.call_tool(name, arguments)
     assert isinstance(result, CallToolResult)
-    assert not result.is_error, result.content
     (block,) = result.content
-    assert isinstance(block, TextContent)
-    reply = json.loads(block.text)
-    assert isinstance(reply, dict)
-    assert result.structured_content == reply
-    return reply
+    assert isinstance(block, TextContent) and block.text
+    assert isinstance(result.structured_content, dict)
+    return result
+
+
+async def _call(session: ClientSession, name: str, **arguments: Any) -> dict[str, Any]:
+    """A tool call that must succeed: its structure (the text is checked where it matters)."""
+    result = await _result(session, name, **arguments)
+    assert not result.is_error, result.content
+    data: dict[str, Any] = result.structured_content or {}
+    return data
+
+
+async def _fail(session: ClientSession, name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    """A tool call that must fail as a tool error: (its text, its structure)."""
+    result = await _result(session, name, **arguments)
+    assert result.is_error, result.content
+    block = result.content[0]
+    assert isinstance(block, TextContent) and result.structured_content is not None
+    return block.text, result.structured_content
 
 
 def test_tools_search_get_append(daemon: Daemon, ws: Path) -> None:
@@ -105,9 +118,14 @@ def test_tools_search_get_append(daemon: Daemon, ws: Path) -> None:
         assert tools["memory_append"].input_schema["required"] == ["text"]
         assert all(t.description and "Use it" in t.description for t in tools.values())
 
-        found = await _call(session, "memory_search", query="billing service Postgres")
+        result = await _result(session, "memory_search", query="billing service Postgres")
+        found = result.structured_content
+        assert found is not None and not result.is_error
         assert found["provider"] == "fake" and found["mode"] and found["freshness"]["fresh"]
         hit = found["results"][0]
+        text = result.content[0].text  # type: ignore[union-attr]
+        assert text.startswith("1 memory hit(s) for 'billing service Postgres':"), text
+        assert f"1. {hit['citation']} (score " in text and "Postgres 16" in text
         assert hit["path"] == "memory/2026-01-02.md" and hit["source"] == "memory"
         assert hit["citation"] == f"memory/2026-01-02.md#L{hit['startLine']}-L{hit['endLine']}"
         assert "Postgres 16" in hit["snippet"] and 0 < hit["score"] <= 1
@@ -122,10 +140,15 @@ def test_tools_search_get_append(daemon: Daemon, ws: Path) -> None:
             "from": 3,
             "lines": 1,
         }
+        cited = await _result(session, "memory_get", path="MEMORY.md#L3-L3")
+        assert cited.structured_content == window
+        assert cited.content[0].text == "MEMORY.md#L3-L3:\nThe staging cluster is called Orion."  # type: ignore[union-attr]
         missing = await _call(session, "memory_get", path="memory/1999-01-01.md")
         assert missing["text"] == "" and missing["missing"] and "disabled" not in missing
-        refused = await _call(session, "memory_get", path="../secrets.md")
-        assert refused["disabled"] and refused["text"] == "" and refused["error"]
+        # A caller mistake is a tool error saying what to do, not "memory is disabled".
+        text, refused = await _fail(session, "memory_get", path="../secrets.md")
+        assert "disabled" not in refused and refused["text"] == "" and refused["error"]
+        assert "path refused" in text and "Use a path from a memory_search hit" in text
 
         added = await _call(session, "memory_append", text="- the deploy freeze starts Friday")
         assert added["path"].startswith("memory/") and added["startLine"] >= 1
@@ -148,7 +171,9 @@ def test_workspace_defaults_to_the_current_directory(daemon: Daemon, ws: Path) -
 
 def test_unknown_workspace_is_reported_not_raised(daemon: Daemon) -> None:
     async def body(session: ClientSession) -> dict[str, Any]:
-        return await _call(session, "memory_search", query="anything")
+        text, data = await _fail(session, "memory_search", query="anything")
+        assert text.startswith("Memory is unavailable:") and "memctl workspace add" in text
+        return data
 
     found = _serve(_params("--socket", str(daemon.socket_path), "mcp", "-w", "nope"), body)
     assert found["results"] == [] and found["disabled"] and found["unavailable"]
@@ -163,11 +188,14 @@ def test_daemon_not_running() -> None:
         async def body(session: ClientSession) -> list[dict[str, Any]]:
             names = {t.name for t in (await session.list_tools()).tools}
             assert names == {"memory_search", "memory_get", "memory_append"}
-            return [
-                await _call(session, "memory_search", query="what did we decide?"),
-                await _call(session, "memory_get", path="MEMORY.md"),
-                await _call(session, "memory_append", text="remember this"),
+            failures = [
+                await _fail(session, "memory_search", query="what did we decide?"),
+                await _fail(session, "memory_get", path="MEMORY.md"),
+                await _fail(session, "memory_append", text="remember this"),
             ]
+            for text, _ in failures:
+                assert text.startswith("Memory is unavailable:") and "memd run" in text
+            return [data for _, data in failures]
 
         found, got, added = _serve(_params("--socket", str(sock), "mcp", "-w", "agent"), body)
     finally:
@@ -175,7 +203,7 @@ def test_daemon_not_running() -> None:
     assert found["results"] == [] and found["disabled"] is True and found["unavailable"] is True
     assert "not running" in found["error"] and "memd run" in found["action"]
     assert got["path"] == "MEMORY.md" and got["text"] == "" and got["disabled"] and got["error"]
-    assert "not running" in added["error"] and "memd run" in added["action"]
+    assert "not running" in added["error"] and "memd run" in added["action"] and added["disabled"]
 
 
 def test_reply_shapes() -> None:
@@ -198,3 +226,11 @@ def test_reply_shapes() -> None:
     )
     assert got["truncated"] and got["nextFrom"] == 2
     assert got["text"] == "one\n\n[More content available. Use from=2 to continue.]"
+
+
+def test_citations_are_split_into_a_window() -> None:
+    assert split_citation("MEMORY.md#L3-L7") == ("MEMORY.md", 3, 5)
+    assert split_citation("memory/2026-01-02.md#L4") == ("memory/2026-01-02.md", 4, None)
+    assert split_citation("memory/a.md#L4-5") == ("memory/a.md", 4, 2)
+    for plain in ("MEMORY.md", "notes#1.md", "a.md#L7-L3", "a.md#L0-L2"):
+        assert split_citation(plain) == (plain, None, None)

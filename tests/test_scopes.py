@@ -31,6 +31,23 @@ def test_no_rules_allow_everything() -> None:
     assert allowed_sources(Caller(), ()) == ALL
 
 
+def test_long_term_memory_is_withheld_from_shared_chats_by_default() -> None:
+    for chat in ("group", "channel"):
+        assert allowed_sources(Caller(chat_type=chat), ()) == {"memory", "sessions"}
+    for caller in (Caller(), Caller(chat_type="direct"), Caller(session_key="agent:main:main")):
+        assert allowed_sources(caller, ()) == ALL
+    # A session key says the chat type too.
+    assert "longterm" not in allowed_sources(
+        Caller.from_params({"session_key": "agent:a:tg:group:7"}), ()
+    )
+
+
+def test_a_scope_rule_gives_shared_chats_long_term_memory_back() -> None:
+    rules = (ScopeRule(action="allow", chat_type="group", sources=("longterm",)),)
+    assert allowed_sources(Caller(chat_type="group"), rules) == ALL
+    assert "longterm" not in allowed_sources(Caller(chat_type="channel"), rules)
+
+
 def test_first_matching_rule_wins_per_source() -> None:
     rules = (
         ScopeRule(action="allow", channel="ops", sources=("longterm",)),

@@ -31,7 +31,7 @@ class Methods(ABC):
 
     timeout: float | None
     # Who this client speaks for (agent_id, session_key, chat_type, channel); sent with every
-    # search and get, so transcript hits and scope rules apply to it.
+    # search, get and context, so transcript hits and scope rules apply to it.
     identity: Mapping[str, str] | None = None
 
     @abstractmethod
@@ -104,16 +104,34 @@ class Methods(ABC):
         return self._map("get", params, self.timeout)
 
     def append(
-        self, workspace: WorkspaceRef, text: str, *, idempotency_key: str | None = None
+        self,
+        workspace: WorkspaceRef,
+        text: str,
+        *,
+        idempotency_key: str | None = None,
+        path: str | None = None,
+        flush: bool = False,
     ) -> dict[str, Any]:
         """Append ``text`` to today's memory file; returns once it is searchable.
 
         Every call carries an idempotency key (a new random one unless given): the daemon
         appends a key's text once, and a retry with the same key gets the first result. After
         a Timeout the append may still happen, so retry with the same key, never a new one.
+
+        ``path``, when given, is where the caller means to write; anything but today's daily
+        log is refused (PathRefused names the rule). ``flush`` marks a pre-compaction flush:
+        its silent reply (``NO_REPLY``) writes nothing and returns ``written: False``.
         """
         key = idempotency_key or uuid.uuid4().hex
-        params = {"workspace": _workspace(workspace), "text": text, "idempotency_key": key}
+        params: dict[str, Any] = {
+            "workspace": _workspace(workspace),
+            "text": text,
+            "idempotency_key": key,
+        }
+        if path is not None:
+            params["path"] = path
+        if flush:
+            params["flush"] = True
         try:
             return self._map("append", params, self.timeout)
         except Timeout as exc:
@@ -121,6 +139,21 @@ class Methods(ABC):
                 f"{exc}; the append may still happen: retry with idempotency_key={key!r} "
                 "so it is not written twice"
             ) from None
+
+    def context(self, workspace: WorkspaceRef, *, max_chars: int | None = None) -> dict[str, Any]:
+        """The session-start context: MEMORY.md (when this caller may see it) and the daily
+        logs of today and yesterday, under ``max_chars`` (default 12,000), with citations."""
+        params = {
+            "workspace": _workspace(workspace),
+            "max_chars": max_chars,
+            "caller": dict(self.identity) if self.identity else None,
+        }
+        return self._map("context", params, self.timeout)
+
+    def flush_plan(self, workspace: WorkspaceRef) -> dict[str, Any]:
+        """When and how to flush a session to memory before compaction: thresholds, today's
+        daily log (in the user's time zone), and the prompts with their safety rules."""
+        return self._map("flush_plan", {"workspace": _workspace(workspace)}, self.timeout)
 
     def record_recall(
         self, workspace: WorkspaceRef, query: str, results: Sequence[Mapping[str, Any]]

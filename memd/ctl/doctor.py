@@ -338,7 +338,7 @@ def _key_file_fix(exc: ConfigError, path: str) -> str:
 
 def check_private_state(config: Config) -> Check:
     """Indexes and their WAL hold the text of every memory file: no other user may read them."""
-    from memd.fileio import not_private
+    from memd.private import not_private
 
     name = "private state"
     state = config.state_dir

@@ -8,23 +8,26 @@ gets three tools bound to that one workspace:
 * ``memory_append``: append a note to today's memory file.
 
 The server holds one :class:`memd_client.Client`, which connects on first use and reconnects
-after a failure, so the daemon may start (or restart) after the server. Daemon errors are
-returned to the model as data (``disabled: true`` with an ``action``), never raised. Nothing but
-the protocol goes to stdout: logging goes to stderr, and the SDK points fd 1 at stderr while
-it serves.
+after a failure, so the daemon may start (or restart) after the server. Every reply has a
+readable text for the model and the full structure in ``structuredContent``. A failure is a
+tool error (``isError: true``) whose text says what went wrong and what to do; when memory
+itself is unavailable (the daemon is not running, the workspace is not registered) its
+structure also says ``disabled: true``, as OpenClaw's tools do. Nothing but the protocol goes
+to stdout: logging goes to stderr, and the SDK points fd 1 at stderr while it serves.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from memd_client import (
@@ -39,7 +42,7 @@ from memd_client import (
     UnknownWorkspace,
 )
 
-__all__ = ["SERVER_NAME", "build_server", "run"]
+__all__ = ["SERVER_NAME", "build_server", "get_text", "run", "search_text", "split_citation"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,12 +60,12 @@ Use it BEFORE answering anything about prior work, past decisions, dates, people
 todos or facts the user told you earlier, and whenever the user says "remember", "last time" \
 or "what did we decide". Returns the best-matching snippets, each with path, startLine, endLine, \
 score and a citation "path#Lstart-Lend"; call memory_get with that path to read more around a \
-hit. An empty result means nothing relevant is stored. If the reply has "disabled": true, memory \
-is unavailable: tell the user what "action" says instead of guessing."""
+hit. An empty result means nothing relevant is stored. If the tool fails because memory is \
+unavailable, tell the user what the error says to do instead of guessing."""
 
 _GET_DESCRIPTION = """\
 Read lines of one memory file of this workspace (a path from a memory_search hit, e.g. \
-"MEMORY.md" or "memory/2026-01-02.md").
+"MEMORY.md" or "memory/2026-01-02.md", or a hit's citation such as "MEMORY.md#L3-L7").
 
 Use it after memory_search when a snippet is cut short or you need the surrounding context: \
 pass "from" (1-based first line, e.g. a hit's startLine minus a few) and "lines" (how many). \
@@ -104,6 +107,72 @@ def _message(exc: BaseException) -> str:
         return str(exc) or type(exc).__name__
     logger.exception("unexpected error in a memory tool")
     return f"unexpected error: {type(exc).__name__}: {exc}"
+
+
+_UNAVAILABLE = (DaemonNotRunning, DaemonUnavailable, UnknownWorkspace)
+
+
+def _failure(exc: BaseException, **extra: Any) -> CallToolResult:
+    """A tool error the model can act on: what went wrong and what to do, as text and data."""
+    error, action = _message(exc), _action(exc)
+    data: dict[str, Any] = {**extra, "error": error, "action": action}
+    text = f"{error.rstrip('.')}. {action}"
+    if isinstance(exc, _UNAVAILABLE):
+        data |= {"disabled": True, "unavailable": True}
+        text = f"Memory is unavailable: {text}"
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=data, is_error=True
+    )
+
+
+def _success(text: str, data: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
+
+
+def search_text(query: str, reply: Mapping[str, Any]) -> str:
+    """What the model reads of a search: each hit's citation, score and snippet."""
+    hits = reply.get("results") or []
+    if not hits:
+        lines = [f"No memory matches {query!r}."]
+    else:
+        lines = [f"{len(hits)} memory hit(s) for {query!r}:"]
+        for i, hit in enumerate(hits, 1):
+            lines.append(f"\n{i}. {hit['citation']} (score {hit.get('score') or 0:.2f})")
+            lines.extend(f"   {line}" for line in str(hit.get("snippet") or "").splitlines())
+    freshness = reply.get("freshness") or {}
+    if freshness.get("fresh") is False:
+        lines.append(
+            f"\n(The index is catching up: {freshness.get('pending_files', 0)} file(s) pending.)"
+        )
+    if reply.get("note"):
+        lines.append(f"\nNote: {reply['note']}")
+    return "\n".join(lines)
+
+
+def get_text(reply: Mapping[str, Any]) -> str:
+    """What the model reads of a get: where the lines are from, then the lines."""
+    path, text = reply.get("path"), str(reply.get("text") or "")
+    if reply.get("missing"):
+        return f"{path} does not exist (yet): nothing stored there."
+    first = reply.get("from") or 1
+    last = first + max(int(reply.get("lines") or 0), 1) - 1
+    return f"{path}#L{first}-L{last}:\n{text}"
+
+
+_CITATION = re.compile(r"^(?P<path>.+?)#L(?P<start>\d+)(?:-L?(?P<end>\d+))?$")
+
+
+def split_citation(path: str) -> tuple[str, int | None, int | None]:
+    """``"MEMORY.md#L3-L7"`` -> ``("MEMORY.md", 3, 5)`` (path, first line, line count);
+    a plain path comes back with Nones."""
+    m = _CITATION.match(path.strip())
+    if m is None:
+        return path, None, None
+    start = int(m["start"])
+    end = int(m["end"]) if m["end"] else None
+    if start < 1 or (end is not None and end < start):
+        return path, None, None
+    return m["path"], start, (end - start + 1 if end is not None else None)
 
 
 def _citation(path: str, start: Any, end: Any) -> str:
@@ -159,7 +228,7 @@ def get_reply(result: Mapping[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _accept_from(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+def _accept_from(fn: Callable[..., CallToolResult]) -> Callable[..., CallToolResult]:
     """Let the SDK call ``fn`` with the schema's ``from`` (a keyword) as ``from_``.
 
     The SDK builds the schema from ``fn``'s signature (it follows ``__wrapped__``), where
@@ -167,7 +236,7 @@ def _accept_from(fn: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, A
     """
 
     @functools.wraps(fn)
-    def call(**kwargs: Any) -> dict[str, Any]:
+    def call(**kwargs: Any) -> CallToolResult:
         if "from" in kwargs:
             kwargs["from_"] = kwargs.pop("from")
         return fn(**kwargs)
@@ -209,7 +278,7 @@ def build_server(workspace: str, client: Client) -> MCPServer[Any]:
             Literal["memory", "sessions", "all"] | None,
             Field(description="Search notes only, session transcripts only, or all (default)."),
         ] = None,
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
         try:
             options: dict[str, Any] = {
                 "max_results": max_results,
@@ -221,20 +290,19 @@ def build_server(workspace: str, client: Client) -> MCPServer[Any]:
             if not result.get("results") and freshness.get("fresh") is False:
                 # Edits still waiting to be indexed may hold the answer: let them land.
                 result = client.search(workspace, query, wait_ms=_RETRY_WAIT_MS, **options)
-            return search_reply(result)
         except Exception as exc:
-            return {
-                "results": [],
-                "disabled": True,
-                "unavailable": True,
-                "error": _message(exc),
-                "action": _action(exc),
-            }
+            return _failure(exc, results=[])
+        reply = search_reply(result)
+        return _success(search_text(query, reply), reply)
 
     @_accept_from
     def memory_get(
         path: Annotated[
-            str, Field(description='A memory file, relative to the workspace ("MEMORY.md").')
+            str,
+            Field(
+                description='A memory file relative to the workspace ("MEMORY.md"), or a '
+                'citation from memory_search ("MEMORY.md#L3-L7").'
+            ),
         ],
         from_: Annotated[
             int | None, Field(alias="from", ge=1, description="First line, 1-based (default 1).")
@@ -242,17 +310,19 @@ def build_server(workspace: str, client: Client) -> MCPServer[Any]:
         lines: Annotated[
             int | None, Field(ge=1, le=10_000, description="How many lines (default 120).")
         ] = None,
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
+        plain, start, count = split_citation(path)
         try:
-            return get_reply(client.get(workspace, path, from_line=from_, lines=lines))
+            result = client.get(
+                workspace,
+                plain,
+                from_line=from_ if from_ is not None else start,
+                lines=lines if lines is not None else count,
+            )
         except Exception as exc:
-            return {
-                "path": path,
-                "text": "",
-                "disabled": True,
-                "error": _message(exc),
-                "action": _action(exc),
-            }
+            return _failure(exc, path=plain, text="")
+        reply = get_reply(result)
+        return _success(get_text(reply), reply)
 
     server.add_tool(
         memory_get,
@@ -275,19 +345,20 @@ def build_server(workspace: str, client: Client) -> MCPServer[Any]:
     )
     def memory_append(
         text: Annotated[str, Field(min_length=1, description="The note to remember (Markdown).")],
-    ) -> dict[str, Any]:
+    ) -> CallToolResult:
         try:
             result = client.append(workspace, text)
         except Exception as exc:
-            return {"error": _message(exc), "action": _action(exc)}
+            return _failure(exc)
         path = str(result.get("path"))
         start, end = result.get("start_line"), result.get("end_line")
-        return {
+        reply = {
             "path": path,
             "startLine": start,
             "endLine": end,
             "citation": _citation(path, start, end),
         }
+        return _success(f"Saved to {reply['citation']}; it is searchable now.", reply)
 
     return server
 

@@ -23,7 +23,6 @@ from memd.ctl.common import (
     _client,
     _json_option,
     _print_json,
-    _ref,
     _ref_or_all,
     _ref_or_cwd,
     _Settings,
@@ -31,6 +30,7 @@ from memd.ctl.common import (
     _style,
     _workspace_option,
 )
+from memd.ctl.workspaces import workspace_group
 
 __all__ = ["EXIT_NOT_RUNNING", "cli", "main"]
 
@@ -113,91 +113,6 @@ def status_cmd(ctx: click.Context, workspace: str | None, as_json: bool) -> None
         return
     for line in display.status_lines(_shown(result), time.time(), _style):
         click.echo(line)
-
-
-@cli.group("workspace")
-def workspace_group() -> None:
-    """Register, unregister and list workspaces."""
-
-
-@workspace_group.command("add")
-@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--name", default=None, help="The name to refer to it by (default: derived).")
-@click.option(
-    "--extra",
-    "extra",
-    multiple=True,
-    type=click.Path(exists=True, path_type=Path),
-    help="Another Markdown file or folder to index with it (repeatable).",
-)
-@click.option(
-    "--sessions-dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=None,
-    help="A folder of the agent's session transcripts (*.jsonl) to index too.",
-)
-@click.option("--agent-id", "owner", default=None, help="The agent the transcripts belong to.")
-@click.pass_context
-def workspace_add_cmd(
-    ctx: click.Context,
-    path: Path,
-    name: str | None,
-    extra: tuple[Path, ...],
-    sessions_dir: Path | None,
-    owner: str | None,
-) -> None:
-    """Register the directory PATH as a workspace.
-
-    Example: memctl workspace add ~/agent --name agent --extra ~/notes
-    """
-    with _client(ctx) as c:
-        result = c.workspace_add(
-            path,
-            name=name,
-            extra_paths=list(extra) or None,
-            sessions_dir=sessions_dir,
-            agent_id=owner,
-        )
-    click.echo(f"Added {result.get('name')}: {result.get('path')}")
-    for p in result.get("extra_paths") or []:
-        click.echo(f"  + {p}")
-
-
-@workspace_group.command("remove")
-@click.argument("workspace")
-@click.pass_context
-def workspace_remove_cmd(ctx: click.Context, workspace: str) -> None:
-    """Unregister WORKSPACE (a name or a path); its files are left alone.
-
-    Example: memctl workspace remove agent
-    """
-    with _client(ctx) as c:
-        result = c.workspace_remove(_ref(workspace))
-    if not result.get("removed"):
-        raise click.ClickException(f"no workspace {workspace!r} is registered")
-    click.echo(f"Removed {workspace}")
-
-
-@workspace_group.command("list")
-@_json_option
-@click.pass_context
-def workspace_list_cmd(ctx: click.Context, as_json: bool) -> None:
-    """List the registered workspaces.
-
-    Example: memctl workspace list --json
-    """
-    with _client(ctx) as c:
-        result = c.workspace_list()
-    if as_json:
-        _print_json(result)
-        return
-    workspaces = result.get("workspaces") or []
-    if not workspaces:
-        click.echo("No workspaces registered; add one with `memctl workspace add PATH`.", err=True)
-    for ws in workspaces:
-        click.echo(f"{ws.get('name')}\t{ws.get('path')}")
-        for p in ws.get("extra_paths") or []:
-            click.echo(f"\t+ {p}")
 
 
 @cli.command("search")
@@ -316,6 +231,36 @@ def append_cmd(ctx: click.Context, text: str, workspace: str | None) -> None:
     )
 
 
+@cli.command("context")
+@_workspace_option()
+@click.option(
+    "--max-chars", type=click.IntRange(min=1), default=None, help="Budget (default 12,000)."
+)
+@_json_option
+@click.pass_context
+def context_cmd(
+    ctx: click.Context, workspace: str | None, max_chars: int | None, as_json: bool
+) -> None:
+    """Print the session-start context: MEMORY.md, today's and yesterday's logs, with citations.
+
+    It is what an agent host (the OpenClaw plugin) puts in a new session's prompt, under the
+    scope rules of the caller (memctl --session-key: a group chat gets no MEMORY.md).
+
+    Example: memctl context -w ~/agent --max-chars 4000
+    """
+    ref = _ref_or_cwd(workspace)
+    with _client(ctx) as c:
+        result = c.context(ref, max_chars=max_chars)
+    if as_json:
+        _print_json(result)
+        return
+    text = _shown(str(result.get("text") or ""))
+    if not text:
+        click.echo(f"(no memory for {result.get('date')}: MEMORY.md and the daily logs are empty)")
+        return
+    click.echo(text)
+
+
 @cli.command("promote")
 @_workspace_option()
 @click.option("--apply", is_flag=True, help="Write the candidates to MEMORY.md.")
@@ -370,7 +315,8 @@ def main() -> None:
     cli(prog_name="memctl")
 
 
-# The administrative commands live in memctl_admin (which, like this module, imports memctl_common).
+# Workspace commands live in memd.ctl.workspaces, the administrative ones in memd.ctl.admin.
+cli.add_command(workspace_group)
 cli.add_command(model_group)
 cli.add_command(doctor_cmd)
 cli.add_command(mcp_cmd)

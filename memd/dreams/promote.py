@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path, PurePosixPath
 
-from memd.atomicfile import fsync, fsync_dir
+from memd.atomicfile import append_whole, fsync, fsync_dir
 from memd.dreams.ranking import Candidate
 from memd.dreams.recall_store import RecallEntry, is_promotable
-from memd.fileio import append_whole
 from memd_client.errors import PathRefused
 
 __all__ = ["Applied", "PromotionResult", "apply_promotions", "rehydrate"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from memd.fileio import append_whole
+from memd.atomicfile import append_whole
 from memd_client.errors import BadRequest, PathRefused
 
 __all__ = ["Appended", "MAX_APPEND_CHARS", "append_daily", "today"]

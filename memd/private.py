@@ -1,5 +1,4 @@
-"""Appending to a user's Markdown file so that a refused write leaves it as it was; keeping
-memd's own state private. Whole-file replacement is memd.atomicfile."""
+"""memd's own state kept private: what others may read, and taking that away."""
 
 from __future__ import annotations
 
@@ -8,30 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from memd.atomicfile import fsync
-
-__all__ = ["append_whole", "make_private", "not_private"]
-
-
-def append_whole(fd: int, data: bytes, size: int) -> None:
-    """Write ``data`` to the end of ``fd`` (opened with O_APPEND; ``size`` bytes long before)
-    and fsync it, all or nothing.
-
-    A full disk takes what fits and refuses the rest: then the part that was written is cut
-    off again (unless someone else wrote after it, which only they can undo) and the
-    OSError is raised, so a file never ends in half an entry.
-    """
-    view = memoryview(data)
-    written = 0
-    try:
-        while written < len(data):
-            written += os.write(fd, view[written:])
-        fsync(fd)
-    except OSError:
-        with contextlib.suppress(OSError):
-            if written and os.fstat(fd).st_size == size + written:
-                os.ftruncate(fd, size)
-        raise
+__all__ = ["make_private", "not_private"]
 
 
 def not_private(root: Path) -> list[Path]:

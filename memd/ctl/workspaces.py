@@ -1,0 +1,96 @@
+"""memctl's workspace commands: register, unregister and list workspaces (over the socket)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from memd.ctl.common import _client, _json_option, _print_json, _ref
+
+__all__ = ["workspace_group"]
+
+
+@click.group("workspace")
+def workspace_group() -> None:
+    """Register, unregister and list workspaces."""
+
+
+@workspace_group.command("add")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--name", default=None, help="The name to refer to it by (default: derived).")
+@click.option(
+    "--extra",
+    "extra",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Another Markdown file or folder to index with it (repeatable).",
+)
+@click.option(
+    "--sessions-dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="A folder of the agent's session transcripts (*.jsonl) to index too.",
+)
+@click.option("--agent-id", "owner", default=None, help="The agent the transcripts belong to.")
+@click.pass_context
+def workspace_add_cmd(
+    ctx: click.Context,
+    path: Path,
+    name: str | None,
+    extra: tuple[Path, ...],
+    sessions_dir: Path | None,
+    owner: str | None,
+) -> None:
+    """Register the directory PATH as a workspace.
+
+    Example: memctl workspace add ~/agent --name agent --extra ~/notes
+    """
+    with _client(ctx) as c:
+        result = c.workspace_add(
+            path,
+            name=name,
+            extra_paths=list(extra) or None,
+            sessions_dir=sessions_dir,
+            agent_id=owner,
+        )
+    click.echo(f"Added {result.get('name')}: {result.get('path')}")
+    for p in result.get("extra_paths") or []:
+        click.echo(f"  + {p}")
+
+
+@workspace_group.command("remove")
+@click.argument("workspace")
+@click.pass_context
+def workspace_remove_cmd(ctx: click.Context, workspace: str) -> None:
+    """Unregister WORKSPACE (a name or a path); its files are left alone.
+
+    Example: memctl workspace remove agent
+    """
+    with _client(ctx) as c:
+        result = c.workspace_remove(_ref(workspace))
+    if not result.get("removed"):
+        raise click.ClickException(f"no workspace {workspace!r} is registered")
+    click.echo(f"Removed {workspace}")
+
+
+@workspace_group.command("list")
+@_json_option
+@click.pass_context
+def workspace_list_cmd(ctx: click.Context, as_json: bool) -> None:
+    """List the registered workspaces.
+
+    Example: memctl workspace list --json
+    """
+    with _client(ctx) as c:
+        result = c.workspace_list()
+    if as_json:
+        _print_json(result)
+        return
+    workspaces = result.get("workspaces") or []
+    if not workspaces:
+        click.echo("No workspaces registered; add one with `memctl workspace add PATH`.", err=True)
+    for ws in workspaces:
+        click.echo(f"{ws.get('name')}\t{ws.get('path')}")
+        for p in ws.get("extra_paths") or []:
+            click.echo(f"\t+ {p}")
