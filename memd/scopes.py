@@ -11,6 +11,7 @@ from memd_client.errors import BadRequest
 
 __all__ = [
     "ANONYMOUS",
+    "CALLER_FIELDS",
     "SHARED_CHATS",
     "SOURCE_CLASSES",
     "Caller",
@@ -21,6 +22,7 @@ __all__ = [
 
 SOURCE_CLASSES = ("longterm", "memory", "sessions")
 _FIELDS = ("agent_id", "session_key", "chat_type", "channel")
+CALLER_FIELDS = frozenset(_FIELDS)
 
 
 @dataclass(frozen=True)

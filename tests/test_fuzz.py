@@ -425,7 +425,7 @@ METHOD_PARAMS: dict[str, list[str]] = {
     ],
     "get": ["workspace", "path", "from", "lines", "caller"],
     "append": ["workspace", "text", "path", "flush", "caller"],
-    "context": ["workspace", "max_chars", "caller"],
+    "context": ["workspace", "max_chars"],  # (caller {} is a valid caller: no garbage here)
     "flush_plan": ["workspace"],
     "record_recall": ["workspace", "query", "results"],
     "promote": [

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memd.api import METHODS, Api
-from memd.scopes import ANONYMOUS, Caller
+from memd.scopes import ANONYMOUS, CALLER_FIELDS, Caller
 from memd_client.errors import BadRequest, Code, MemdError, UnknownMethod, to_wire
 from memd_client.protocol import RESPONSE, Request
 
@@ -36,8 +36,10 @@ class Dispatcher:
             caller = state.get("caller") or ANONYMOUS
             override = request.params.get("caller")
             if override is not None:
-                if not isinstance(override, dict):
-                    raise BadRequest("caller must be a map of agent_id, session_key, ...")
+                if not isinstance(override, dict) or set(override) - CALLER_FIELDS:
+                    raise BadRequest(
+                        "caller must be a map of agent_id, session_key, chat_type and channel"
+                    )
                 caller = caller.merged(Caller.from_params(override))
             params = {k: v for k, v in request.params.items() if k != "caller"}
             return [RESPONSE, request.msgid, None, handler(params, caller)]
