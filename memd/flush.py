@@ -32,23 +32,23 @@ FORCE_FLUSH_TRANSCRIPT_BYTES = 2 * 1024 * 1024
 SILENT_REPLY = "NO_REPLY"
 READ_ONLY_FILES = ("MEMORY.md", "DREAMS.md", "SOUL.md", "TOOLS.md", "AGENTS.md", "USER.md")
 
-_PROMPT = """\
-Pre-compaction memory flush. This session is close to being compacted: what is only in the \
-conversation will be lost. Store durable memories now, in {path} (create memory/ if needed).
-
-- Write only to {path}. If it exists, APPEND new entries; never overwrite or rewrite it.
-- Treat {read_only} and other bootstrap files as read-only: never edit them.
-- Never create timestamped variants such as memory/{date}-HHMM.md; use {path} only.
-- Keep what lasts: decisions, preferences, facts about people and projects, open todos, lessons. \
-Not secrets, not small talk.
-- If nothing is worth storing, reply with exactly {silent} and nothing else.
-
-Current time: {now}"""
-
+# OpenClaw's own wording, so a model tuned on it meets what it knows.
+_RULES = (
+    "Store durable memories only in {path} (create memory/ if needed). Treat workspace "
+    "bootstrap/reference files such as MEMORY.md, DREAMS.md, SOUL.md, and AGENTS.md as read-only "
+    "during this flush; never overwrite, replace, or edit them. If {path} already exists, APPEND "
+    "new content only and do not overwrite existing entries."
+)
+_PROMPT = (
+    "Pre-compaction memory flush. "
+    + _RULES
+    + " Do NOT create timestamped variant files (e.g., {date}-HHMM.md); always use the canonical "
+    "{date}.md filename. If nothing to store, reply with {silent}.\n"
+    "Current time: {now}\nReference UTC: {utc}"
+)
 _SYSTEM_PROMPT = (
     "Pre-compaction memory flush turn. The session is near auto-compaction; capture durable "
-    "memories to disk. A silent reply ({silent}) is usually right when nothing new is worth "
-    "keeping."
+    "memories to disk. " + _RULES + " You may reply, but usually {silent} is correct."
 )
 
 
@@ -60,23 +60,20 @@ def daily_log(day: dt.date) -> str:
 def flush_plan(now: dt.datetime, *, timezone: str) -> dict[str, Any]:
     """The flush plan for a session at ``now`` (aware, in the user's time zone)."""
     path = daily_log(now.date())
-    stamp = now.strftime("%Y-%m-%d %H:%M %Z").strip()
+    zone = timezone or now.tzname() or ""
+    local = now.strftime("%A, %Y-%m-%d %H:%M") + (f" ({zone})" if zone else "")
+    utc = now.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    values = {"path": path, "date": now.date().isoformat(), "silent": SILENT_REPLY}
     return {
         "soft_threshold_tokens": SOFT_THRESHOLD_TOKENS,
         "force_flush_transcript_bytes": FORCE_FLUSH_TRANSCRIPT_BYTES,
         "relative_path": path,
         "date": now.date().isoformat(),
-        "timezone": timezone or str(now.tzinfo or ""),
+        "timezone": zone,
         "silent_reply": SILENT_REPLY,
         "read_only": list(READ_ONLY_FILES),
-        "prompt": _PROMPT.format(
-            path=path,
-            date=now.date().isoformat(),
-            read_only=", ".join(READ_ONLY_FILES),
-            silent=SILENT_REPLY,
-            now=stamp,
-        ),
-        "system_prompt": _SYSTEM_PROMPT.format(silent=SILENT_REPLY),
+        "prompt": _PROMPT.format(now=local, utc=utc, **values),
+        "system_prompt": _SYSTEM_PROMPT.format(**values),
     }
 
 

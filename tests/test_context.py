@@ -144,7 +144,11 @@ def test_flush_plan_names_todays_log_in_the_users_time_zone(daemon: Daemon, ws: 
     prompt = plan["prompt"]
     for rule in (TODAY, "APPEND", "read-only", "MEMORY.md", "DREAMS.md", "timestamped", "NO_REPLY"):
         assert rule in prompt, rule
-    assert "Current time: 2026-04-02 12:30" in prompt
+    assert "2026-04-02-HHMM.md" in prompt and "memory/2026-04-02.md" in plan["system_prompt"]
+    assert prompt.endswith(
+        "Current time: Thursday, 2026-04-02 12:30 (Pacific/Auckland)\n"
+        "Reference UTC: 2026-04-01 23:30 UTC"
+    )
     assert "NO_REPLY" in plan["system_prompt"]
 
 
