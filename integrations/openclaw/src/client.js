@@ -1,0 +1,226 @@
+// memd's msgpack-RPC protocol over its Unix socket (docs/protocol.md in the memd repository):
+// one connection, opened on first use and again after it drops; every call under a deadline.
+
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { decodeMultiStream, encode } from "@msgpack/msgpack";
+
+const REQUEST = 0;
+const RESPONSE = 1;
+const MAX_REQUEST_BYTES = 1024 * 1024;
+const MAX_MSGID = 2 ** 32 - 1;
+
+/** Stable error codes on the wire, as memd_client.errors.Code. */
+export const Code = Object.freeze({
+  INTERNAL: 1,
+  BAD_REQUEST: 2,
+  UNKNOWN_METHOD: 3,
+  UNKNOWN_WORKSPACE: 4,
+  PATH_REFUSED: 5,
+  PROVIDER_UNAVAILABLE: 6,
+  BUSY: 7,
+  TIMEOUT: 8,
+  TOO_LARGE: 9,
+  UNAUTHORIZED: 10,
+  INDEX: 11,
+  CONFIG: 12,
+});
+
+const CODE_NAMES = Object.fromEntries(Object.entries(Code).map(([k, v]) => [v, k]));
+
+export const START_HINT =
+  "Start memd with `memd run` (or install it as a service: `memctl service install`).";
+
+/** An error memd returned, or one about reaching it; `code` is a wire code or a local kind. */
+export class MemdError extends Error {
+  /**
+   * @param {number | "NOT_RUNNING" | "UNAVAILABLE"} code
+   * @param {string} message
+   */
+  constructor(code, message) {
+    super(message);
+    this.name = "MemdError";
+    this.code = code;
+    this.kind = typeof code === "number" ? (CODE_NAMES[code] ?? `CODE_${code}`) : code;
+  }
+
+  /** True when memory as a whole cannot be reached (not a mistake in one request). */
+  get unavailable() {
+    return this.kind === "NOT_RUNNING" || this.kind === "UNAVAILABLE";
+  }
+}
+
+/**
+ * The daemon's socket, resolved as memd resolves it: MEMD_SOCKET, else MEMD_HOME/run, else
+ * XDG_RUNTIME_DIR/memd, else the state directory's run/ (macOS: Application Support).
+ * @param {NodeJS.ProcessEnv} [env]
+ */
+export function defaultSocketPath(env = process.env) {
+  if (env.MEMD_SOCKET) return expandHome(env.MEMD_SOCKET, env);
+  if (env.MEMD_HOME) return path.join(expandHome(env.MEMD_HOME, env), "run", "memd.sock");
+  if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, "memd", "memd.sock");
+  const home = env.HOME || os.homedir();
+  let state;
+  if (process.platform === "darwin" && !env.XDG_CONFIG_HOME) {
+    state = path.join(home, "Library", "Application Support", "memd");
+  } else {
+    state = path.join(env.XDG_STATE_HOME || path.join(home, ".local", "state"), "memd");
+  }
+  return path.join(state, "run", "memd.sock");
+}
+
+/** @param {string} p @param {NodeJS.ProcessEnv} env */
+function expandHome(p, env) {
+  if (p === "~" || p.startsWith("~/")) return path.join(env.HOME || os.homedir(), p.slice(1));
+  return p;
+}
+
+/** Leave out null and undefined values: memd wants optional arguments absent, not nil. */
+function compact(/** @type {Record<string, unknown>} */ params) {
+  return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined && v !== null));
+}
+
+export class MemdClient {
+  /**
+   * @param {{ socketPath?: string, timeoutMs?: number }} [options]
+   */
+  constructor(options = {}) {
+    this.socketPath = options.socketPath || defaultSocketPath();
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+    /** @type {net.Socket | null} */
+    this.socket = null;
+    /** @type {Promise<net.Socket> | null} */
+    this.connecting = null;
+    /** @type {Map<number, { resolve: (v: any) => void, reject: (e: Error) => void }>} */
+    this.pending = new Map();
+    this.msgid = 0;
+    this.closed = false;
+  }
+
+  /**
+   * Call `method` with named `params`; resolves to its result map or rejects with MemdError.
+   * @param {string} method
+   * @param {Record<string, unknown>} [params]
+   * @param {{ timeoutMs?: number, signal?: AbortSignal }} [options]
+   * @returns {Promise<any>}
+   */
+  async call(method, params = {}, options = {}) {
+    if (this.closed) throw new MemdError("UNAVAILABLE", "the memd client was closed");
+    options.signal?.throwIfAborted();
+    this.msgid = this.msgid >= MAX_MSGID ? 1 : this.msgid + 1;
+    const msgid = this.msgid;
+    const body = compact(params);
+    const frame = encode([REQUEST, msgid, method, Object.keys(body).length ? [body] : []]);
+    if (frame.byteLength > MAX_REQUEST_BYTES) {
+      throw new MemdError(Code.TOO_LARGE, `${method}: the request is over 1 MiB`);
+    }
+    const socket = await this.connect();
+    const timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    return await new Promise((resolve, reject) => {
+      /** @type {NodeJS.Timeout | undefined} */
+      let timer;
+      const onAbort = () => {
+        finish();
+        reject(options.signal?.reason ?? new Error("aborted"));
+        // The reply may still come: this connection can no longer be trusted to pair them.
+        this.drop(socket, new MemdError("UNAVAILABLE", `${method} was aborted`));
+      };
+      const finish = () => {
+        clearTimeout(timer);
+        options.signal?.removeEventListener("abort", onAbort);
+        this.pending.delete(msgid);
+        // An idle connection does not keep the process alive (a CLI command exits when done).
+        if (this.pending.size === 0) socket.unref();
+      };
+      this.pending.set(msgid, {
+        resolve: (v) => {
+          finish();
+          resolve(v);
+        },
+        reject: (e) => {
+          finish();
+          reject(e);
+        },
+      });
+      if (timeoutMs > 0) {
+        timer = setTimeout(() => {
+          finish();
+          reject(new MemdError(Code.TIMEOUT, `memd did not answer ${method} within ${timeoutMs} ms`));
+          // A late reply must not be taken for the next request's: close this connection.
+          this.drop(socket, new MemdError("UNAVAILABLE", `an earlier call timed out`));
+        }, timeoutMs);
+      }
+      options.signal?.addEventListener("abort", onAbort, { once: true });
+      socket.ref();
+      socket.write(frame);
+    });
+  }
+
+  /** @returns {Promise<net.Socket>} */
+  connect() {
+    if (this.socket && !this.socket.destroyed) return Promise.resolve(this.socket);
+    if (this.connecting) return this.connecting;
+    this.connecting = new Promise((resolve, reject) => {
+      const socket = net.createConnection({ path: this.socketPath });
+      const onError = (/** @type {NodeJS.ErrnoException} */ err) => {
+        this.connecting = null;
+        reject(connectError(err, this.socketPath));
+      };
+      socket.once("error", onError);
+      socket.once("connect", () => {
+        socket.off("error", onError);
+        this.connecting = null;
+        this.socket = socket;
+        socket.on("error", (err) =>
+          this.drop(socket, new MemdError("UNAVAILABLE", `connection to memd failed: ${err.message}`)),
+        );
+        socket.on("close", () =>
+          this.drop(socket, new MemdError("UNAVAILABLE", "memd closed the connection")),
+        );
+        this.readLoop(socket);
+        resolve(socket);
+      });
+    });
+    return this.connecting;
+  }
+
+  /** @param {net.Socket} socket */
+  async readLoop(socket) {
+    try {
+      for await (const message of decodeMultiStream(socket)) {
+        if (!Array.isArray(message) || message[0] !== RESPONSE) continue; // notifications
+        const [, msgid, error, result] = message;
+        const waiter = this.pending.get(msgid);
+        if (!waiter) continue; // a reply to a call that timed out
+        if (error) waiter.reject(new MemdError(Number(error[0]), String(error[1])));
+        else waiter.resolve(result);
+      }
+    } catch (err) {
+      this.drop(socket, new MemdError("UNAVAILABLE", `memd sent what is not msgpack: ${err}`));
+    }
+  }
+
+  /** Forget `socket` and fail what waits on it (the next call opens a new connection). */
+  drop(/** @type {net.Socket} */ socket, /** @type {Error} */ error) {
+    if (this.socket === socket) this.socket = null;
+    socket.destroy();
+    for (const waiter of [...this.pending.values()]) waiter.reject(error);
+  }
+
+  close() {
+    this.closed = true;
+    if (this.socket) this.drop(this.socket, new MemdError("UNAVAILABLE", "the memd client was closed"));
+  }
+}
+
+/** @param {NodeJS.ErrnoException} err @param {string} socketPath */
+function connectError(err, socketPath) {
+  if (err.code === "ENOENT" || err.code === "ECONNREFUSED") {
+    return new MemdError(
+      "NOT_RUNNING",
+      `memd is not running (nothing listens on ${socketPath}). ${START_HINT}`,
+    );
+  }
+  return new MemdError("UNAVAILABLE", `cannot connect to memd at ${socketPath}: ${err.message}`);
+}
