@@ -3,8 +3,10 @@
 Dispatch (memd.ipc) maps a request to one of these methods and never sees the index; these
 methods never see a socket or msgpack.
 
-Over 400 lines: one method per protocol call, each with its parameter checks; freshness is
-memd/freshness.py.
+Over 400 lines: one method per protocol call (thirteen), each with its parameter checks, is
+read in one place; what they share lives elsewhere: freshness in memd/freshness.py, the
+session-start context in memd/markdown/context.py, the flush rules in memd/flush.py,
+idempotency keys in memd/once.py.
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ import functools
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ from memd.freshness import freshness
 from memd.indexer import URGENT, Indexer
 from memd.markdown.context import DEFAULT_CONTEXT_CHARS, session_context
 from memd.markdown.read import MemoryPath
+from memd.once import Once
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.registry import Workspace, save_registry
 from memd.scopes import ANONYMOUS, Caller, allowed_sources, is_longterm
@@ -85,10 +86,8 @@ class Api:
         self.started_at = time.time()
         self.connections = 0
         self._registry_lock = threading.Lock()
-        # append idempotency keys: (workspace root, key) -> (when, result, text), oldest first
-        self._appends: OrderedDict[tuple[Path, str], tuple[float, Future[dict[str, Any]], str]]
-        self._appends = OrderedDict()
-        self._appends_lock = threading.Lock()
+        # append's idempotency keys, by (workspace root, key)
+        self._once = Once(kept=APPEND_KEYS_KEPT, seconds=APPEND_KEY_SECONDS)
         self._process = psutil.Process()
 
     # -- helpers --------------------------------------------------------------------------------
@@ -383,40 +382,12 @@ class Api:
             raise BadRequest("idempotency_key must be a string of 1 to 128 characters")
         if key is None:
             return self._append(ws, text, day)
-        # The first request with a key appends; the same key again (a client retrying after a
-        # timeout, whose first request may still be running) waits for that one and gets its
-        # result. Keys are kept for 10 minutes, 10,000 at most.
-        slot: Future[dict[str, Any]]
-        with self._appends_lock:
-            now = time.monotonic()
-            while self._appends and (
-                len(self._appends) > APPEND_KEYS_KEPT
-                or next(iter(self._appends.values()))[0] < now - APPEND_KEY_SECONDS
-            ):
-                self._appends.popitem(last=False)
-            entry = self._appends.get((ws.root, key))
-            first = entry is None
-            if first:
-                slot = Future()
-                self._appends[(ws.root, key)] = (now, slot, text)
-            else:
-                assert entry is not None
-                _, slot, seen = entry
-                if seen != text:
-                    raise BadRequest("idempotency_key was already used for another text")
-        if not first:
-            result = dict(slot.result(timeout=APPEND_WAIT_SECONDS))
+        result, duplicate = self._once.run(
+            (ws.root, key), text, lambda: self._append(ws, text, day), wait=APPEND_WAIT_SECONDS
+        )
+        if duplicate:
             result["duplicate"] = True
             result["freshness"] = self.freshness(ws)
-            return result
-        try:
-            result = self._append(ws, text, day)
-        except BaseException as exc:
-            with self._appends_lock:
-                self._appends.pop((ws.root, key), None)  # failed: a retry may try again
-            slot.set_exception(exc)
-            raise
-        slot.set_result(result)
         return result
 
     def _append(self, ws: Workspace, text: str, day: date) -> dict[str, Any]:
