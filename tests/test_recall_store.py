@@ -25,6 +25,7 @@ from memd.dreams.recall_store import (
     RecallStore,
     claim_hash,
     concept_tags,
+    entry_key,
     is_promotable,
     is_short_term,
     query_hash,
@@ -541,3 +542,33 @@ def test_recorder_gathers_searches_into_few_rewrites(
     (entry,) = RecallStore(workspace, timezone="UTC").load().values()
     assert entry.recall_count == 40  # every search counted; query hashes capped at 32
     assert len(entry.query_hashes) == 32
+
+
+# -- a store OpenClaw archived -----------------------------------------------------------------
+
+
+def test_a_store_openclaw_archived_is_taken_back_once(store: RecallStore, clock: Clock) -> None:
+    """OpenClaw's state migration renames the store to short-term-recall.json.migrated (its
+    doctor does that even when memd holds the memory slot); memd counts those recalls again."""
+    store.record("q1", [hit(score=0.5), hit(start=5)])
+    clock.now += timedelta(days=1)
+    store.record("q2", [hit(score=0.7)])
+    before = store.load()
+    assert before[entry_key("memory/2026-04-01.md", 1, 2)].recall_count == 2
+    store.path.rename(store.dir / "short-term-recall.json.migrated")  # what OpenClaw does
+    clock.now += timedelta(days=1)
+    store.record("q3", [hit(score=0.9)])  # a new store, started from nothing
+    entries = store.load()
+    merged = entries[entry_key("memory/2026-04-01.md", 1, 2)]
+    assert merged.recall_count == 3
+    assert merged.total_score == pytest.approx(0.5 + 0.7 + 0.9)
+    assert merged.max_score == 0.9
+    assert len(merged.recall_days) == 3 and len(merged.query_hashes) == 3
+    assert merged.first_recalled_at == before[merged.key].first_recalled_at
+    assert entry_key("memory/2026-04-01.md", 5, 6) in entries  # only in the archive
+    # Taken back once: the archive stays (OpenClaw looks for it) and is not counted again.
+    assert (store.dir / "short-term-recall.json.migrated").exists()
+    store.record("q4", [hit(start=5)])
+    again = RecallStore(store.root, timezone="UTC", clock=clock).load()
+    assert again[merged.key].recall_count == 3
+    assert again[entry_key("memory/2026-04-01.md", 5, 6)].recall_count == 2

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ __all__ = [
     "RecallStore",
     "claim_hash",
     "concept_tags",
+    "entry_key",
     "is_promotable",
     "is_short_term",
     "query_hash",
@@ -56,6 +58,11 @@ MAX_RECALL_DAYS = 16
 
 STORE_NAME = "short-term-recall.json"
 LOCK_NAME = "short-term-promotion.lock"
+# OpenClaw's state migration (memory-core's doctor, which runs even when memd holds the memory
+# slot) moves this store into its own database and renames the file to this; memd takes the
+# entries back once (by content digest, listed in ABSORBED_NAME).
+ARCHIVE_NAME = STORE_NAME + ".migrated"
+ABSORBED_NAME = "absorbed-archives.json"
 
 
 def entry_key(path: str, start_line: int, end_line: int) -> str:
@@ -75,6 +82,26 @@ def _recent_distinct(items: Sequence[str], new: str | None, cap: int) -> list[st
             out.remove(item)
         out.append(item)
     return out[-cap:]
+
+
+def _merged(current: RecallEntry, archived: RecallEntry) -> RecallEntry:
+    """One entry from two stores that counted different times (an archive, then a new store)."""
+    first = min(filter(None, (current.first_recalled_at, archived.first_recalled_at)), default="")
+    return dataclasses.replace(
+        current,
+        recall_count=current.recall_count + archived.recall_count,
+        daily_count=current.daily_count + archived.daily_count,
+        grounded_count=current.grounded_count + archived.grounded_count,
+        total_score=current.total_score + archived.total_score,
+        max_score=max(current.max_score, archived.max_score),
+        first_recalled_at=first,
+        last_recalled_at=max(current.last_recalled_at, archived.last_recalled_at),
+        query_hashes=_recent_distinct(
+            [*archived.query_hashes, *current.query_hashes], None, MAX_QUERY_HASHES
+        ),
+        recall_days=sorted({*archived.recall_days, *current.recall_days})[-MAX_RECALL_DAYS:],
+        promoted_at=current.promoted_at or archived.promoted_at,
+    )
 
 
 @dataclass
@@ -256,6 +283,8 @@ class RecallStore:
 
     def load(self) -> dict[str, RecallEntry]:
         """Read and normalise the store; a corrupt file is quarantined and ``.prev`` used instead."""
+        if (self.dir / ARCHIVE_NAME).exists():
+            self._absorb_archive()
         data = self._read(self.path)
         if data is not None:
             return data
@@ -275,6 +304,34 @@ class RecallStore:
                 return {}
             write_atomic(self.path, self.prev_path.read_bytes())  # restore the last good
             return prev
+
+    def _absorb_archive(self) -> None:
+        """Take back the entries of a store OpenClaw archived (see ARCHIVE_NAME), once."""
+        archive, ledger = self.dir / ARCHIVE_NAME, self.dir / ABSORBED_NAME
+        with self.locked():
+            try:
+                digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+                absorbed = json.loads(ledger.read_bytes()) if ledger.exists() else []
+            except (OSError, ValueError) as exc:
+                logger.warning("cannot take back %s: %s", archive, exc)
+                return
+            if not isinstance(absorbed, list) or digest in absorbed:
+                return
+            archived = self._read(archive)
+            current = self._read(self.path)
+            if archived is None or (current is None and self.path.exists()):
+                return  # an unreadable side: leave both as they are
+            merged = dict(current or {})
+            for key, entry in archived.items():
+                merged[key] = _merged(merged[key], entry) if key in merged else entry
+            self.save(merged)
+            write_atomic(ledger, (json.dumps([*absorbed, digest]) + "\n").encode())
+            logger.info(
+                "recall store of %s: took back %d entries from %s (moved there by OpenClaw)",
+                self.root,
+                len(archived),
+                ARCHIVE_NAME,
+            )
 
     def _signature(self) -> tuple[int, int, int] | None:
         try:
