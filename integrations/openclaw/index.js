@@ -7,7 +7,7 @@
 // flush plan, and an `openclaw memory` command. Every rule (scopes, transcript visibility, the
 // flush rules, time zones) is memd's: the plugin passes who is asking and shows the answer.
 
-import { MemdClient, MemdError, START_HINT } from "./src/client.js";
+import { MemdClient, MemdError } from "./src/client.js";
 import { AgentWorkspace, MemdSearchManager, asMemdError, authorizeHits } from "./src/manager.js";
 import { SessionMemory } from "./src/prompt.js";
 import { createTools } from "./src/tools.js";
@@ -137,7 +137,6 @@ function registerCli(/** @type {any} */ program, /** @type {any} */ config, /** 
       const memd = status.custom?.memd ?? {};
       if (memd.available === false) {
         out(`memd: unavailable: ${memd.error}`);
-        out(START_HINT);
         process.exitCode = 1;
         return;
       }
