@@ -130,8 +130,8 @@ def ask(c: memd_client.Client, variant: Variant, qrels: Sequence[dict[str, Any]]
             )
             run.latencies_ms.append((time.perf_counter() - t) * 1000)
             run.modes[reply["mode"]] += 1
-            if reply.get("note"):
-                run.notes[reply["note"]] += 1
+            if note := reply["note"]:
+                run.notes[note] += 1
             hits = [
                 {"path": h["path"], "start_line": h["start_line"], "end_line": h["end_line"]}
                 for h in reply["results"]

@@ -161,7 +161,7 @@ def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
 
 def wait_indexed(c: memd_client.Client, ws: str, *, vectors: bool) -> dict[str, Any]:
     while True:
-        st: dict[str, Any] = c.status(workspace=ws)["workspaces"][0]
+        st: dict[str, Any] = dict(c.status(workspace=ws)["workspaces"][0])
         settled = st["identity"]["state"] == "valid" and not st["freshness"]["rebuilding"]
         if (
             settled

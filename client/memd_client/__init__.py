@@ -2,7 +2,15 @@
 
 with memd_client.connect() as c:
     hits = c.search("/home/me/agent", "when is the launch?")["results"]
+
+``memd_client.aio`` is the asyncio twin; it is imported on first use, so the blocking client
+does not pay for importing asyncio.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from memd_client.connection import (
     Client,
@@ -27,25 +35,102 @@ from memd_client.errors import (
     UnknownMethod,
     UnknownWorkspace,
 )
+from memd_client.types import (
+    AppendResult,
+    AppliedPromotion,
+    ContextResult,
+    ContextSection,
+    DaemonStatus,
+    DreamingStatus,
+    ExplainedCandidate,
+    FlushPlan,
+    Freshness,
+    GetResult,
+    HelloResult,
+    IdentityStatus,
+    PromoteCandidate,
+    PromoteResult,
+    PromoteThresholds,
+    ProviderStatus,
+    RecallStoreCounts,
+    RecordRecallResult,
+    ReindexReport,
+    ReindexResult,
+    ScoreComponents,
+    SearchHit,
+    SearchResult,
+    SkippedProvider,
+    StatusResult,
+    VectorStoreStatus,
+    WatcherStatus,
+    WorkspaceAddResult,
+    WorkspaceEntry,
+    WorkspaceListResult,
+    WorkspaceRemoveResult,
+    WorkspaceStatus,
+)
+
+if TYPE_CHECKING:
+    from memd_client import aio
+
+
+def __getattr__(name: str) -> Any:
+    if name == "aio":
+        return importlib.import_module("memd_client.aio")
+    raise AttributeError(f"module 'memd_client' has no attribute {name!r}")
+
 
 __all__ = [
+    "AppendResult",
+    "AppliedPromotion",
     "BadRequest",
     "Busy",
     "Client",
     "Code",
     "ConfigError",
+    "ContextResult",
+    "ContextSection",
     "DaemonNotRunning",
+    "DaemonStatus",
     "DaemonUnavailable",
+    "DreamingStatus",
+    "ExplainedCandidate",
+    "FlushPlan",
+    "Freshness",
+    "GetResult",
+    "HelloResult",
+    "IdentityStatus",
     "IndexError_",
     "Internal",
     "MemdError",
     "PathRefused",
+    "PromoteCandidate",
+    "PromoteResult",
+    "PromoteThresholds",
+    "ProviderStatus",
     "ProviderUnavailable",
+    "RecallStoreCounts",
+    "RecordRecallResult",
+    "ReindexReport",
+    "ReindexResult",
+    "ScoreComponents",
+    "SearchHit",
+    "SearchResult",
+    "SkippedProvider",
+    "StatusResult",
     "Timeout",
     "TooLarge",
     "Unauthorized",
     "UnknownMethod",
     "UnknownWorkspace",
+    "VectorStoreStatus",
+    "WatcherStatus",
+    "WorkspaceAddResult",
+    "WorkspaceEntry",
+    "WorkspaceListResult",
     "WorkspaceRef",
+    "WorkspaceRemoveResult",
+    "WorkspaceStatus",
+    "aio",
     "connect",
 ]

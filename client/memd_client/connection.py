@@ -1,7 +1,9 @@
 """The blocking client of the memd daemon: one Unix socket, msgpack-RPC calls, typed errors.
 
 A :class:`Client` is meant for one thread at a time (open one per thread); a lock serialises
-calls anyway, so sharing one is safe, only not concurrent.
+calls anyway, so sharing one is safe, only not concurrent. What it shares with the asyncio
+client (:mod:`memd_client.aio`) lives in :class:`Wire`: msgids, request encoding and the size
+check, reply decoding, and what a failed connect means.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from memd_client.errors import Code, Internal, MemdError, Timeout, TooLarge, from_wire
-from memd_client.methods import Methods, WorkspaceRef
+from memd_client.errors import Code, MemdError, Timeout, TooLarge, from_wire
+from memd_client.methods import BlockingMethods, WorkspaceRef
 from memd_client.paths import socket_path
 from memd_client.protocol import (
     MAX_MSGID,
@@ -36,7 +38,7 @@ __all__ = ["Client", "DaemonNotRunning", "DaemonUnavailable", "WorkspaceRef", "c
 
 logger = logging.getLogger(__name__)
 
-_CHUNK = 1 << 16
+CHUNK = 1 << 16
 _HINT = "start it with `memd run` or `memctl service install`"
 
 
@@ -56,7 +58,7 @@ class DaemonNotRunning(DaemonUnavailable):
     code = Code.INTERNAL
 
 
-class _Broken(Exception):
+class Broken(Exception):
     """The connection is unusable; ``sent`` says whether any request byte left this process."""
 
     def __init__(self, message: str, *, sent: bool) -> None:
@@ -64,7 +66,108 @@ class _Broken(Exception):
         self.sent = sent
 
 
-class Client(Methods):
+class Wire:
+    """The protocol state of a client, whatever carries its bytes: the socket path and timeout,
+    msgids (kept across reconnects), request encoding and reply decoding."""
+
+    identity: Mapping[str, str] | None
+
+    def __init__(
+        self, path: Path | str | None, timeout: float | None, identity: Mapping[str, str] | None
+    ) -> None:
+        self.path = Path(path) if path is not None else socket_path()
+        self.timeout = timeout
+        self.identity = dict(identity) if identity else None
+        self._msgid = 0
+        self._unpacker: Any = None  # one per connection: an Unpacker that raised is not reused
+
+    def _connect_error(self, exc: OSError) -> MemdError:
+        """What a failed connect means: not running, too slow, or otherwise unavailable."""
+        where = str(self.path)
+        if isinstance(exc, FileNotFoundError):
+            return DaemonNotRunning(f"memd is not running (no socket at {where}); {_HINT}")
+        if isinstance(exc, ConnectionRefusedError):
+            return DaemonNotRunning(f"memd is not running (nothing listens on {where}); {_HINT}")
+        if isinstance(exc, TimeoutError):
+            return Timeout(f"connecting to memd at {where} timed out")
+        if isinstance(exc, BlockingIOError):  # EAGAIN: the listen backlog is full
+            return DaemonUnavailable(f"memd at {where} is not accepting connections")
+        return DaemonUnavailable(f"cannot connect to memd at {where}: {exc.strerror or exc}")
+
+    def _encode(self, calls: Iterable[tuple[str, dict[str, Any]]]) -> tuple[bytes, list[int]]:
+        parts, ids = [], []
+        for method, params in calls:
+            self._msgid = self._msgid + 1 if self._msgid < MAX_MSGID else 1
+            named = {k: v for k, v in params.items() if v is not None}
+            data = pack([REQUEST, self._msgid, method, [named] if named else []])
+            if len(data) > MAX_REQUEST_BYTES:
+                raise TooLarge(
+                    f"{method} request is {len(data)} bytes; the limit is {MAX_REQUEST_BYTES}"
+                )
+            parts.append(data)
+            ids.append(self._msgid)
+        return b"".join(parts), ids
+
+    def _absorb(
+        self, data: bytes, pending: set[int], replies: dict[int, Response], *, sent: bool
+    ) -> None:
+        """Decode what arrived; a reply to a pending msgid moves from ``pending`` to ``replies``."""
+        if not data:
+            raise Broken("memd closed the connection", sent=sent)
+        try:
+            self._unpacker.feed(data)
+            for obj in self._unpacker:
+                message = parse(obj)
+                if not isinstance(message, Response):
+                    logger.debug("ignoring a %s from memd", type(message).__name__)
+                elif message.msgid in pending:
+                    pending.discard(message.msgid)
+                    replies[message.msgid] = message
+                else:
+                    logger.debug("ignoring a reply to msgid %s", message.msgid)
+        except (ValueError, TypeError) as exc:  # msgpack's errors and ProtocolError are ValueErrors
+            kind = "malformed" if isinstance(exc, ProtocolError) else "undecodable"
+            raise Broken(f"{kind} reply from memd: {exc}", sent=True) from None
+
+    @staticmethod
+    def _new_unpacker() -> Any:
+        return make_unpacker(MAX_RESPONSE_BYTES)
+
+    @staticmethod
+    def _what(calls: Sequence[tuple[str, Any]]) -> str:
+        return calls[0][0] if len(calls) == 1 else f"{len(calls)} pipelined calls"
+
+    @staticmethod
+    def _result(response: Response) -> Any:
+        if response.error is not None:
+            raise from_wire(response.error)
+        return response.result
+
+    @staticmethod
+    def _in_order(
+        responses: dict[int, Response], ids: list[int], return_exceptions: bool
+    ) -> list[Any]:
+        """A pipeline's results in call order; an error raises (the first) once all are read,
+        or with ``return_exceptions`` takes its result's place."""
+        results: list[Any] = []
+        for msgid in ids:
+            response = responses[msgid]
+            if response.error is None:
+                results.append(response.result)
+            elif return_exceptions:
+                results.append(from_wire(response.error))
+            else:
+                raise from_wire(response.error)
+        return results
+
+    @staticmethod
+    def _why(exc: OSError) -> str:
+        if exc.errno in (errno.EPIPE, errno.ECONNRESET):
+            return "memd closed the connection"
+        return f"connection to memd failed: {exc.strerror or exc}"
+
+
+class Client(Wire, BlockingMethods):
     """A blocking connection to memd; it connects on first use and reconnects after a failure.
 
     Args:
@@ -79,12 +182,8 @@ class Client(Methods):
         *,
         identity: Mapping[str, str] | None = None,
     ) -> None:
-        self.path = Path(path) if path is not None else socket_path()
-        self.timeout = timeout
-        self.identity = dict(identity) if identity else None
+        super().__init__(path, timeout, identity)
         self._sock: socket.socket | None = None
-        self._unpacker: Any = None
-        self._msgid = 0
         self._lock = threading.Lock()
 
     # -- connection -----------------------------------------------------------------------------
@@ -122,41 +221,24 @@ class Client(Methods):
         return f"<Client {str(self.path)!r} {state}>"
 
     def _open(self) -> None:
-        where = str(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(self.timeout)
-            sock.connect(where)
-        except FileNotFoundError:
-            sock.close()
-            raise DaemonNotRunning(f"memd is not running (no socket at {where}); {_HINT}") from None
-        except ConnectionRefusedError:
-            sock.close()
-            raise DaemonNotRunning(
-                f"memd is not running (nothing listens on {where}); {_HINT}"
-            ) from None
-        except TimeoutError:
-            sock.close()
-            raise Timeout(f"connecting to memd at {where} timed out") from None
-        except BlockingIOError:  # EAGAIN: the listen backlog is full
-            sock.close()
-            raise DaemonUnavailable(f"memd at {where} is not accepting connections") from None
+            sock.connect(str(self.path))
         except OSError as exc:
             sock.close()
-            raise DaemonUnavailable(
-                f"cannot connect to memd at {where}: {exc.strerror or exc}"
-            ) from None
+            raise self._connect_error(exc) from None
         sock.setblocking(False)
         self._sock = sock
-        self._unpacker = make_unpacker(MAX_RESPONSE_BYTES)
-        logger.debug("connected to %s", where)
+        self._unpacker = self._new_unpacker()
+        logger.debug("connected to %s", self.path)
 
     def _drop(self) -> None:
         if self._sock is not None:
             self._sock.close()
             logger.debug("closed connection to %s", self.path)
         self._sock = None
-        self._unpacker = None  # an Unpacker that raised must not be used again
+        self._unpacker = None
 
     # -- calls ----------------------------------------------------------------------------------
 
@@ -176,51 +258,19 @@ class Client(Methods):
             return []
         with self._lock:
             responses, ids = self._exchange([(m, dict(p)) for m, p in calls], self.timeout)
-        results: list[Any] = []
-        for msgid in ids:
-            response = responses[msgid]
-            if response.error is None:
-                results.append(response.result)
-            elif return_exceptions:
-                results.append(from_wire(response.error))
-            else:
-                raise from_wire(response.error)
-        return results
+        return self._in_order(responses, ids, return_exceptions)
 
     def _call(self, method: str, params: dict[str, Any], timeout: float | None) -> Any:
         with self._lock:
             responses, (msgid,) = self._exchange([(method, params)], timeout)
-        response = responses[msgid]
-        if response.error is not None:
-            raise from_wire(response.error)
-        return response.result
-
-    def _map(self, method: str, params: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        result = self._call(method, params, timeout)
-        if not isinstance(result, dict):
-            raise Internal(f"memd answered {method} with a {type(result).__name__}, not a map")
-        return result
-
-    def _encode(self, calls: Iterable[tuple[str, dict[str, Any]]]) -> tuple[bytes, list[int]]:
-        parts, ids = [], []
-        for method, params in calls:
-            self._msgid = self._msgid + 1 if self._msgid < MAX_MSGID else 1
-            named = {k: v for k, v in params.items() if v is not None}
-            data = pack([REQUEST, self._msgid, method, [named] if named else []])
-            if len(data) > MAX_REQUEST_BYTES:
-                raise TooLarge(
-                    f"{method} request is {len(data)} bytes; the limit is {MAX_REQUEST_BYTES}"
-                )
-            parts.append(data)
-            ids.append(self._msgid)
-        return b"".join(parts), ids
+        return self._result(responses[msgid])
 
     def _exchange(
         self, calls: list[tuple[str, dict[str, Any]]], timeout: float | None
     ) -> tuple[dict[int, Response], list[int]]:
         """Send the requests and read until each has its reply; the caller holds the lock."""
         payload, ids = self._encode(calls)
-        what = calls[0][0] if len(calls) == 1 else f"{len(calls)} pipelined calls"
+        what = self._what(calls)
         deadline = None if timeout is None else time.monotonic() + timeout
         # A connection the daemon closed while idle (or a daemon restart) shows up as EPIPE before
         # any byte is sent: the request surely did not run, so one fresh connection may retry it.
@@ -230,7 +280,7 @@ class Client(Methods):
                 self._open()
             try:
                 return self._transfer(payload, set(ids), deadline), ids
-            except _Broken as exc:
+            except Broken as exc:
                 self._drop()
                 if exc.sent or fresh or attempt == 2:
                     raise DaemonUnavailable(f"{exc} (during {what})") from None
@@ -247,8 +297,8 @@ class Client(Methods):
     def _transfer(
         self, payload: bytes, pending: set[int], deadline: float | None
     ) -> dict[int, Response]:
-        sock, unpacker = self._sock, self._unpacker
-        assert sock is not None and unpacker is not None
+        sock = self._sock
+        assert sock is not None
         view, sent = memoryview(payload), 0
         replies: dict[int, Response] = {}
         poller = select.poll()
@@ -267,51 +317,20 @@ class Client(Methods):
             flags = ready[0][1] if ready else 0
             if flags & select.POLLOUT and sent < len(view):
                 try:
-                    sent += sock.send(view[sent : sent + _CHUNK])
+                    sent += sock.send(view[sent : sent + CHUNK])
                 except (BlockingIOError, InterruptedError):
                     pass
                 except OSError as exc:
-                    raise _Broken(self._why(exc), sent=sent > 0) from None
+                    raise Broken(self._why(exc), sent=sent > 0) from None
             if flags & (select.POLLIN | select.POLLHUP | select.POLLERR):
-                self._receive(sock, unpacker, pending, replies, sent > 0)
+                try:
+                    data = sock.recv(CHUNK)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError as exc:
+                    raise Broken(self._why(exc), sent=sent > 0) from None
+                self._absorb(data, pending, replies, sent=sent > 0)
         return replies
-
-    def _receive(
-        self,
-        sock: socket.socket,
-        unpacker: Any,
-        pending: set[int],
-        replies: dict[int, Response],
-        sent: bool,
-    ) -> None:
-        try:
-            data = sock.recv(_CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            raise _Broken(self._why(exc), sent=sent) from None
-        if not data:
-            raise _Broken("memd closed the connection", sent=sent)
-        try:
-            unpacker.feed(data)
-            for obj in unpacker:
-                message = parse(obj)
-                if not isinstance(message, Response):
-                    logger.debug("ignoring a %s from memd", type(message).__name__)
-                elif message.msgid in pending:
-                    pending.discard(message.msgid)
-                    replies[message.msgid] = message
-                else:
-                    logger.debug("ignoring a reply to msgid %s", message.msgid)
-        except (ValueError, TypeError) as exc:  # msgpack's errors and ProtocolError are ValueErrors
-            kind = "malformed" if isinstance(exc, ProtocolError) else "undecodable"
-            raise _Broken(f"{kind} reply from memd: {exc}", sent=True) from None
-
-    @staticmethod
-    def _why(exc: OSError) -> str:
-        if exc.errno in (errno.EPIPE, errno.ECONNRESET):
-            return "memd closed the connection"
-        return f"connection to memd failed: {exc.strerror or exc}"
 
 
 def connect(

@@ -1,17 +1,42 @@
-"""The daemon's methods as typed Python calls, each returning the result map of docs/protocol.md."""
+"""The daemon's methods as typed Python calls, written once for the blocking and the asyncio client.
+
+Each method is written as the builder of its request (a :class:`Call`: method, params, timeout);
+:class:`BlockingMethods` and :class:`AsyncMethods` differ only in how a call is carried out. So
+``c.search(...)`` has one signature and one body: it returns a :class:`SearchResult` from the
+blocking client and a coroutine of one from the asyncio client.
+"""
 
 from __future__ import annotations
 
 import os
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
 
-from memd_client.errors import Timeout
+from memd_client.errors import Internal, Timeout
 from memd_client.protocol import PROTOCOL_VERSION
+from memd_client.types import (
+    AppendResult,
+    ContextResult,
+    FlushPlan,
+    GetResult,
+    HelloResult,
+    PromoteResult,
+    RecordRecallResult,
+    ReindexResult,
+    SearchResult,
+    StatusResult,
+    WorkspaceAddResult,
+    WorkspaceListResult,
+    WorkspaceRemoveResult,
+)
 
-__all__ = ["Methods", "WorkspaceRef"]
+__all__ = ["AsyncMethods", "BlockingMethods", "Call", "Methods", "WorkspaceRef"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # A workspace is a registered name or a directory; a path is sent absolute (the daemon's cwd
 # is not the caller's).
@@ -26,8 +51,64 @@ def _workspace(ref: WorkspaceRef) -> str:
     return ref if isinstance(ref, str) else _absolute(ref)
 
 
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request of a typed method: what to send, the client-side timeout, and what a
+    Timeout should add (an append says how to retry it without writing twice)."""
+
+    method: str
+    params: dict[str, Any]
+    timeout: float | None
+    on_timeout: str = ""
+
+    def result(self, value: Any) -> T:
+        """The reply's result, which is a map for every method."""
+        if not isinstance(value, dict):
+            raise Internal(f"memd answered {self.method} with a {type(value).__name__}, not a map")
+        return cast(T, value)
+
+    def timed_out(self, exc: Timeout) -> Timeout:
+        return Timeout(f"{exc}; {self.on_timeout}") if self.on_timeout else exc
+
+
+class _Method(Generic[P, T]):
+    """A method written as the builder of its request; read from a client, it makes the call
+    (returning the result, or with the asyncio client a coroutine of it)."""
+
+    def __init__(self, build: Callable[Concatenate[Any, P], Call[T]]) -> None:
+        self._build = build
+        self.__name__ = build.__name__
+        self.__doc__ = build.__doc__
+
+    @overload
+    def __get__(self, obj: None, owner: type[Any]) -> Self: ...
+
+    @overload
+    def __get__(self, obj: BlockingMethods, owner: type[Any]) -> Callable[P, T]: ...
+
+    @overload
+    def __get__(
+        self, obj: AsyncMethods, owner: type[Any]
+    ) -> Callable[P, Coroutine[Any, Any, T]]: ...
+
+    def __get__(self, obj: Methods | None, owner: type[Any]) -> Any:
+        if obj is None:
+            return self
+        client, build = obj, self._build
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            # The request is built at call time, also for the asyncio client: paths are made
+            # absolute against the cwd of the call, and bad arguments raise at once.
+            return client._run(build(client, *args, **kwargs))
+
+        method.__name__ = build.__name__
+        method.__qualname__ = f"{type(obj).__name__}.{build.__name__}"
+        method.__doc__ = build.__doc__
+        return method
+
+
 class Methods(ABC):
-    """One typed wrapper per daemon method over a single ``_map`` primitive."""
+    """One typed method per daemon method, each returning the result map of docs/protocol.md."""
 
     timeout: float | None
     # Who this client speaks for (agent_id, session_key, chat_type, channel); sent with every
@@ -35,19 +116,27 @@ class Methods(ABC):
     identity: Mapping[str, str] | None = None
 
     @abstractmethod
-    def _map(self, method: str, params: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        """Call ``method`` (None params left out) and return its result, which must be a map."""
+    def _run(self, call: Call[Any]) -> Any:
+        """Carry ``call`` out: its result (blocking) or a coroutine of it (asyncio)."""
 
-    def hello(self, client: str | None = None, protocol: int = PROTOCOL_VERSION) -> dict[str, Any]:
+    def _caller(self) -> dict[str, str] | None:
+        return dict(self.identity) if self.identity else None
+
+    @_Method
+    def hello(
+        self, client: str | None = None, protocol: int = PROTOCOL_VERSION
+    ) -> Call[HelloResult]:
         """Introduce this client; the result names the protocol, server version and methods."""
         params: dict[str, Any] = {"client": client, "protocol": protocol, **(self.identity or {})}
-        return self._map("hello", params, self.timeout)
+        return Call("hello", params, self.timeout)
 
-    def status(self, workspace: WorkspaceRef | None = None) -> dict[str, Any]:
+    @_Method
+    def status(self, workspace: WorkspaceRef | None = None) -> Call[StatusResult]:
         """Report the daemon and every workspace (or only ``workspace``)."""
         ref = None if workspace is None else _workspace(workspace)
-        return self._map("status", {"workspace": ref}, self.timeout)
+        return Call("status", {"workspace": ref}, self.timeout)
 
+    @_Method
     def search(
         self,
         workspace: WorkspaceRef,
@@ -60,7 +149,7 @@ class Methods(ABC):
         decay: bool | None = None,
         mmr: bool | None = None,
         sources: str | Sequence[str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Call[SearchResult]:
         """Search a workspace's memory; ``mode`` is "hybrid", "keyword" or "vector";
         ``sources`` is "memory", "sessions" or "all" (default: all this client may see).
 
@@ -78,13 +167,14 @@ class Methods(ABC):
             "decay": decay,
             "mmr": mmr,
             "sources": [sources] if isinstance(sources, str) else sources,
-            "caller": dict(self.identity) if self.identity else None,
+            "caller": self._caller(),
         }
         timeout = self.timeout
         if timeout is not None and wait_ms:
             timeout += wait_ms / 1000
-        return self._map("search", params, timeout)
+        return Call("search", params, timeout)
 
+    @_Method
     def get(
         self,
         workspace: WorkspaceRef,
@@ -92,17 +182,18 @@ class Methods(ABC):
         *,
         from_line: int | None = None,
         lines: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Call[GetResult]:
         """Read ``lines`` lines of a memory file from line ``from_line`` (1-based, default 1)."""
         params = {
             "workspace": _workspace(workspace),
             "path": path,
             "from": from_line,
             "lines": lines,
-            "caller": dict(self.identity) if self.identity else None,
+            "caller": self._caller(),
         }
-        return self._map("get", params, self.timeout)
+        return Call("get", params, self.timeout)
 
+    @_Method
     def append(
         self,
         workspace: WorkspaceRef,
@@ -111,7 +202,7 @@ class Methods(ABC):
         idempotency_key: str | None = None,
         path: str | None = None,
         flush: bool = False,
-    ) -> dict[str, Any]:
+    ) -> Call[AppendResult]:
         """Append ``text`` to today's memory file; returns once it is searchable.
 
         Every call carries an idempotency key (a new random one unless given): the daemon
@@ -132,36 +223,40 @@ class Methods(ABC):
             params["path"] = path
         if flush:
             params["flush"] = True
-        try:
-            return self._map("append", params, self.timeout)
-        except Timeout as exc:
-            raise Timeout(
-                f"{exc}; the append may still happen: retry with idempotency_key={key!r} "
-                "so it is not written twice"
-            ) from None
+        advice = (
+            f"the append may still happen: retry with idempotency_key={key!r} "
+            "so it is not written twice"
+        )
+        return Call("append", params, self.timeout, on_timeout=advice)
 
-    def context(self, workspace: WorkspaceRef, *, max_chars: int | None = None) -> dict[str, Any]:
+    @_Method
+    def context(
+        self, workspace: WorkspaceRef, *, max_chars: int | None = None
+    ) -> Call[ContextResult]:
         """The session-start context: MEMORY.md (when this caller may see it) and the daily
         logs of today and yesterday, under ``max_chars`` (default 12,000), with citations."""
         params = {
             "workspace": _workspace(workspace),
             "max_chars": max_chars,
-            "caller": dict(self.identity) if self.identity else None,
+            "caller": self._caller(),
         }
-        return self._map("context", params, self.timeout)
+        return Call("context", params, self.timeout)
 
-    def flush_plan(self, workspace: WorkspaceRef) -> dict[str, Any]:
+    @_Method
+    def flush_plan(self, workspace: WorkspaceRef) -> Call[FlushPlan]:
         """When and how to flush a session to memory before compaction: thresholds, today's
         daily log (in the user's time zone), and the prompts with their safety rules."""
-        return self._map("flush_plan", {"workspace": _workspace(workspace)}, self.timeout)
+        return Call("flush_plan", {"workspace": _workspace(workspace)}, self.timeout)
 
+    @_Method
     def record_recall(
         self, workspace: WorkspaceRef, query: str, results: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Any]:
+    ) -> Call[RecordRecallResult]:
         """Record that ``results`` (path, start_line, end_line, …) were recalled for ``query``."""
         params = {"workspace": _workspace(workspace), "query": query, "results": list(results)}
-        return self._map("record_recall", params, self.timeout)
+        return Call("record_recall", params, self.timeout)
 
+    @_Method
     def reindex(
         self,
         workspace: WorkspaceRef | None = None,
@@ -169,7 +264,7 @@ class Methods(ABC):
         force: bool = False,
         wait: bool = True,
         timeout: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> Call[ReindexResult]:
         """Reindex one workspace (default all); with ``force``, rebuild from scratch.
 
         Args:
@@ -181,8 +276,9 @@ class Methods(ABC):
             "force": force or None,
             "wait": wait,
         }
-        return self._map("reindex", params, timeout if wait else self.timeout)
+        return Call("reindex", params, timeout if wait else self.timeout)
 
+    @_Method
     def workspace_add(
         self,
         path: str | os.PathLike[str],
@@ -191,7 +287,7 @@ class Methods(ABC):
         extra_paths: Sequence[str | os.PathLike[str]] | None = None,
         sessions_dir: str | os.PathLike[str] | None = None,
         agent_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> Call[WorkspaceAddResult]:
         """Register the directory ``path`` (made absolute here) as a workspace; ``sessions_dir``
         adds the transcripts of agent ``agent_id`` as a second source."""
         params = {
@@ -201,13 +297,15 @@ class Methods(ABC):
             "sessions_dir": None if sessions_dir is None else _absolute(sessions_dir),
             "agent_id": agent_id,
         }
-        return self._map("workspace_add", params, self.timeout)
+        return Call("workspace_add", params, self.timeout)
 
-    def workspace_remove(self, workspace: WorkspaceRef) -> dict[str, Any]:
+    @_Method
+    def workspace_remove(self, workspace: WorkspaceRef) -> Call[WorkspaceRemoveResult]:
         """Unregister a workspace (its files stay); the result says whether one was removed."""
         params = {"workspace": _workspace(workspace)}
-        return self._map("workspace_remove", params, self.timeout)
+        return Call("workspace_remove", params, self.timeout)
 
+    @_Method
     def promote(
         self,
         workspace: WorkspaceRef,
@@ -219,7 +317,7 @@ class Methods(ABC):
         min_score: float | None = None,
         min_recall_count: int | None = None,
         min_unique_queries: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> Call[PromoteResult]:
         """Rank the workspace's short-term memories; with ``apply``, write them to MEMORY.md."""
         params = {
             "workspace": _workspace(workspace),
@@ -231,8 +329,37 @@ class Methods(ABC):
             "min_recall_count": min_recall_count,
             "min_unique_queries": min_unique_queries,
         }
-        return self._map("promote", params, self.timeout)
+        return Call("promote", params, self.timeout)
 
-    def workspace_list(self) -> dict[str, Any]:
+    @_Method
+    def workspace_list(self) -> Call[WorkspaceListResult]:
         """List the registered workspaces."""
-        return self._map("workspace_list", {}, self.timeout)
+        return Call("workspace_list", {}, self.timeout)
+
+
+class BlockingMethods(Methods):
+    """The methods over a blocking ``_call``: each returns its result."""
+
+    @abstractmethod
+    def _call(self, method: str, params: dict[str, Any], timeout: float | None) -> Any:
+        """Send one request (None params left out) and return its result or raise its error."""
+
+    def _run(self, call: Call[T]) -> T:
+        try:
+            return call.result(self._call(call.method, call.params, call.timeout))
+        except Timeout as exc:
+            raise call.timed_out(exc) from None
+
+
+class AsyncMethods(Methods):
+    """The methods over an asyncio ``_call``: each returns a coroutine of its result."""
+
+    @abstractmethod
+    async def _call(self, method: str, params: dict[str, Any], timeout: float | None) -> Any:
+        """Send one request (None params left out) and return its result or raise its error."""
+
+    async def _run(self, call: Call[T]) -> T:
+        try:
+            return call.result(await self._call(call.method, call.params, call.timeout))
+        except Timeout as exc:
+            raise call.timed_out(exc) from None

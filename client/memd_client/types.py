@@ -1,0 +1,392 @@
+"""The result maps of the daemon's methods, as TypedDicts (docs/protocol.md, "Methods").
+
+They are plain dicts at run time, so indexing a result works as before; a type checker now
+knows each key. A key the protocol documents and the daemon always sends is required; one it
+sends only sometimes, or that docs/protocol.md calls informational, is ``NotRequired``. The
+daemon may add keys: a client ignores those it does not know.
+
+No ``from __future__ import annotations`` here: with string annotations, ``NotRequired`` is
+not seen at run time and ``__required_keys__`` would list every key.
+"""
+
+from typing import Any, NotRequired, TypedDict
+
+__all__ = [
+    "AppendResult",
+    "AppliedPromotion",
+    "ContextResult",
+    "ContextSection",
+    "DaemonStatus",
+    "DreamingStatus",
+    "ExplainedCandidate",
+    "FlushPlan",
+    "Freshness",
+    "GetResult",
+    "HelloResult",
+    "IdentityStatus",
+    "PromoteCandidate",
+    "PromoteResult",
+    "PromoteThresholds",
+    "ProviderStatus",
+    "RecallStoreCounts",
+    "RecordRecallResult",
+    "ReindexReport",
+    "ReindexResult",
+    "ScoreComponents",
+    "SearchHit",
+    "SearchResult",
+    "SkippedProvider",
+    "StatusResult",
+    "VectorStoreStatus",
+    "WatcherStatus",
+    "WorkspaceAddResult",
+    "WorkspaceEntry",
+    "WorkspaceListResult",
+    "WorkspaceRemoveResult",
+    "WorkspaceStatus",
+]
+
+
+class Freshness(TypedDict):
+    """How far the index is behind the files when the call was answered."""
+
+    generation: int
+    pending_files: int
+    unembedded_files: int
+    skipped_files: int
+    problems: list[str]
+    watcher: str
+    last_sync: float | None
+    waited_ms: int
+    fresh: bool
+    rebuilding: NotRequired[bool]
+
+
+class HelloResult(TypedDict):
+    protocol: int
+    server: str
+    version: str
+    pid: int
+    methods: list[str]
+
+
+# -- status --------------------------------------------------------------------------------------
+
+
+class DaemonStatus(TypedDict):
+    pid: int
+    version: str
+    started_at: float
+    uptime_s: float
+    rss_bytes: int
+    sqlite_memory_bytes: int
+    cpu_percent: float
+    threads: int
+    connections: int
+    socket: str
+    missing_workspaces: NotRequired[list[str]]
+
+
+class SkippedProvider(TypedDict):
+    provider: str
+    reason: str
+
+
+class ProviderStatus(TypedDict):
+    requested: str
+    active: str
+    model: str
+    dims: int
+    skipped: list[SkippedProvider]
+    last_error: str | None
+    worker: NotRequired[dict[str, Any] | None]
+
+
+class VectorStoreStatus(TypedDict):
+    kind: str
+    sqlite_vec: bool
+    sqlite_vec_version: str | None
+    reason: str | None
+
+
+class IdentityStatus(TypedDict):
+    """``state`` says whether the index matches the configured model and chunking; the other
+    keys are the stored identity's, absent when there is none."""
+
+    state: str
+    reason: str | None
+    provider: NotRequired[str]
+    model: NotRequired[str]
+    settings_key: NotRequired[str]
+    dims: NotRequired[int]
+    vector_store: NotRequired[str]
+    chunk_tokens: NotRequired[int]
+    chunk_overlap: NotRequired[int]
+    max_tokens: NotRequired[int]
+    redact: NotRequired[bool]
+    chunker: NotRequired[int]
+    lines: NotRequired[int]
+    fts: NotRequired[str]
+    schema: NotRequired[int]
+
+
+class WatcherStatus(TypedDict):
+    state: str
+    backend: str | None
+    reason: str | None
+    pending: NotRequired[int]
+    pending_keys: NotRequired[list[str]]
+    restarts: NotRequired[int]
+    last_event_at: NotRequired[float | None]
+
+
+class RecallStoreCounts(TypedDict, total=False):
+    """The recall store's counts, or only ``error`` when the store cannot be read."""
+
+    entries: int
+    promoted: int
+    concept_tagged: int
+    spaced: int
+    error: str
+
+
+class DreamingStatus(TypedDict):
+    recall_store: RecallStoreCounts
+    enabled: bool
+    next_run: str | None
+
+
+class WorkspaceStatus(TypedDict):
+    workspace: str
+    root: str
+    files_on_disk: int
+    files_indexed: int
+    files_pending: int
+    chunks: int
+    vectors: int
+    dirty: bool
+    provider: ProviderStatus
+    vector_store: VectorStoreStatus
+    identity: IdentityStatus
+    freshness: Freshness
+    watcher: WatcherStatus
+    last_sync: float | None
+    cache_entries: int
+    dreaming: DreamingStatus
+    # Informational (docs/protocol.md: "treat them as unstable").
+    index_path: NotRequired[str]
+    index_bytes: NotRequired[int]
+    generation: NotRequired[int]
+    files_stale: NotRequired[int]
+    files_skipped: NotRequired[list[dict[str, str]]]
+    file_errors: NotRequired[dict[str, str]]
+    fts: NotRequired[dict[str, Any]]
+    sources: NotRequired[dict[str, dict[str, int]]]
+    vectors_match_chunks: NotRequired[bool]
+    checked_at: NotRequired[float]
+    rebuilding: NotRequired[bool]
+    progress: NotRequired[dict[str, Any] | None]
+
+
+class StatusResult(TypedDict):
+    daemon: DaemonStatus
+    workspaces: list[WorkspaceStatus]
+
+
+# -- memory --------------------------------------------------------------------------------------
+
+
+class SearchHit(TypedDict):
+    path: str
+    start_line: int
+    end_line: int
+    score: float
+    snippet: str
+    source: str
+    vector_score: float
+    text_score: float
+
+
+class SearchResult(TypedDict):
+    results: list[SearchHit]
+    freshness: Freshness
+    provider: str
+    model: str
+    mode: str
+    note: str | None
+    sources: NotRequired[list[str]]
+
+
+# "from" is a keyword, so this one is spelled the functional way.
+GetResult = TypedDict(
+    "GetResult",
+    {
+        "path": str,
+        "text": str,
+        "from": int,
+        "lines": int,
+        "truncated": bool,
+        "next_from": int | None,
+        "missing": bool,
+        "freshness": Freshness,
+    },
+)
+
+
+class AppendResult(TypedDict):
+    path: str
+    start_line: int | None
+    end_line: int | None
+    written: bool
+    note: str | None
+    freshness: Freshness
+    duplicate: NotRequired[bool]
+
+
+class ContextSection(TypedDict):
+    path: str
+    title: str
+    start_line: int
+    end_line: int
+    total_lines: int
+    truncated: bool
+    citation: str
+    text: str
+
+
+class ContextResult(TypedDict):
+    text: str
+    sections: list[ContextSection]
+    date: str
+    max_chars: int
+    longterm: bool
+    freshness: Freshness
+
+
+class FlushPlan(TypedDict):
+    soft_threshold_tokens: int
+    force_flush_transcript_bytes: int
+    relative_path: str
+    date: str
+    timezone: str
+    silent_reply: str
+    read_only: list[str]
+    prompt: str
+    system_prompt: str
+
+
+class RecordRecallResult(TypedDict):
+    recorded: int
+
+
+# -- promotion -----------------------------------------------------------------------------------
+
+
+class ScoreComponents(TypedDict):
+    frequency: float
+    relevance: float
+    diversity: float
+    recency: float
+    consolidation: float
+    conceptual: float
+
+
+class PromoteCandidate(TypedDict):
+    key: str
+    path: str
+    start_line: int
+    end_line: int
+    snippet: str
+    score: float
+    components: ScoreComponents
+    recall_count: int
+    signal_count: int
+    unique_queries: int
+    recall_days: list[str]
+    age_days: float
+    promoted_at: str | None
+
+
+class ExplainedCandidate(PromoteCandidate):
+    passes_thresholds: bool
+
+
+class AppliedPromotion(TypedDict):
+    key: str
+    path: str
+    start_line: int
+    end_line: int
+
+
+class PromoteThresholds(TypedDict):
+    min_score: float
+    min_recall_count: int
+    min_unique_queries: int
+    limit: int
+    max_age_days: NotRequired[float]
+    half_life_days: NotRequired[float]
+
+
+class PromoteResult(TypedDict):
+    workspace: str
+    entries: int
+    thresholds: PromoteThresholds
+    candidates: list[PromoteCandidate]
+    applied: list[AppliedPromotion]
+    # With apply:
+    skipped: NotRequired[list[list[str]]]
+    already_present: NotRequired[list[str]]
+    dropped_sections: NotRequired[int]
+    # With explain (None for an unknown key):
+    explain: NotRequired[ExplainedCandidate | None]
+
+
+# -- indexing and workspaces ---------------------------------------------------------------------
+
+
+class ReindexReport(TypedDict):
+    workspace: str
+    scanned: int
+    indexed: int
+    unchanged: int
+    removed: int
+    embedded: int
+    pending_files: int
+    rebuilt: bool
+    errors: list[list[str]]
+    seconds: float
+
+
+class ReindexResult(TypedDict, total=False):
+    """``workspaces`` when the call waited, ``queued`` (the names) when it did not."""
+
+    workspaces: list[ReindexReport]
+    queued: list[str]
+
+
+class WorkspaceEntry(TypedDict):
+    """A registered workspace; ``sessions_dir`` and ``agent_id`` when transcripts are indexed."""
+
+    name: str
+    path: str
+    extra_paths: list[str]
+    sessions_dir: NotRequired[str]
+    agent_id: NotRequired[str]
+
+
+class WorkspaceAddResult(WorkspaceEntry):
+    """The workspace as registered; ``added`` is false when the directory already was, and
+    ``updated`` names the settings that call changed."""
+
+    added: NotRequired[bool]
+    updated: NotRequired[list[str]]
+
+
+class WorkspaceRemoveResult(TypedDict):
+    removed: bool
+
+
+class WorkspaceListResult(TypedDict):
+    workspaces: list[WorkspaceEntry]
+    # Registered workspaces whose directory is not there (an unmounted drive), as registered.
+    missing: NotRequired[list[dict[str, Any]]]
