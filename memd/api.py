@@ -44,7 +44,7 @@ from memd.registry import Workspace, save_registry
 from memd.scopes import ANONYMOUS, Caller, allowed_sources, is_longterm
 from memd.service import MemoryService
 from memd.text import first_control
-from memd.watch import Watchers
+from memd.watch import RESCAN_ALL, Watchers
 from memd_client.errors import BadRequest, IndexError_, PathRefused, Timeout
 from memd_client.protocol import PROTOCOL_VERSION
 
@@ -538,17 +538,32 @@ class Api:
         sessions_dir = str_param(params, "sessions_dir", required=False) or ""
         if sessions_dir and not os.path.isabs(sessions_dir):
             raise BadRequest("sessions_dir must be absolute")
-        ws = self.service.registry.add(
-            path,
-            name=str_param(params, "name", required=False) or "",
-            extra_paths=tuple(extra),
-            sessions_dir=sessions_dir,
-            agent_id=str_param(params, "agent_id", required=False) or "",
+        name = str_param(params, "name", required=False) or ""
+        agent_id = str_param(params, "agent_id", required=False) or ""
+        registry = self.service.registry
+        known = registry.find_root(path)
+        if known is not None:
+            # Added again with other settings: those given replace the registered ones.
+            changed = registry.update(
+                known,
+                name=name,
+                extra_paths=tuple(extra) if "extra_paths" in params else None,
+                sessions_dir=sessions_dir,
+                agent_id=agent_id,
+            )
+            if changed:
+                self._save_registry()
+                self.watchers.unwatch(known.root)
+                self.watchers.watch(known.root, known.extra_paths, self.indexer.changes_of(known))
+                self.indexer.request_sync(known, {RESCAN_ALL})
+            return {**_ws_entry(known), "added": False, "updated": changed}
+        ws = registry.add(
+            path, name=name, extra_paths=tuple(extra), sessions_dir=sessions_dir, agent_id=agent_id
         )
         self._save_registry()
         self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
         self.indexer.request_sync(ws)
-        return _ws_entry(ws)
+        return {**_ws_entry(ws), "added": True, "updated": []}
 
     def workspace_remove(
         self, params: Mapping[str, Any], caller: Caller = ANONYMOUS

@@ -417,6 +417,22 @@ _ENV_ALIASES = {"MEMD_LOCAL_MODEL": ("embedding", "model_path"), "MEMD_TIMEZONE"
 _ENV_RESERVED = {"MEMD_HOME", "MEMD_CONFIG", "MEMD_EMBEDDING_API_KEY"}
 
 
+def setting_variables(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``MEMD_*`` variables in ``env`` that set configuration keys (what a service started
+    elsewhere must be given to run as configured here); never a key or a password."""
+    out = {}
+    for var, raw in env.items():
+        if not var.startswith("MEMD_") or var in _ENV_RESERVED or not raw:
+            continue
+        if var in _ENV_ALIASES:
+            out[var] = raw
+            continue
+        section, _, name = var[len("MEMD_") :].lower().partition("_")
+        if section in _SECTIONS and name in typing.get_type_hints(_SECTIONS[section]):
+            out[var] = raw
+    return out
+
+
 def _apply_env(values: dict[str, Any], env: Mapping[str, str]) -> None:
     for var, raw in env.items():
         if not var.startswith("MEMD_") or var in _ENV_RESERVED:

@@ -144,6 +144,78 @@ class Workspaces:
             logger.info("workspace %s at %s (index %s)", name, root, index.path)
             return ws
 
+    def find_root(self, path: str | Path) -> Workspace | None:
+        """The registered workspace at directory ``path`` (resolved), if there is one."""
+        try:
+            root = Path(path).expanduser()
+            if "\x00" in str(root) or not root.is_dir():
+                return None
+            root = root.resolve()
+        except (RuntimeError, OSError):
+            return None
+        with self._lock:
+            return self._workspaces.get(root)
+
+    def update(
+        self,
+        ws: Workspace,
+        *,
+        name: str = "",
+        extra_paths: tuple[str, ...] | None = None,
+        sessions_dir: str = "",
+        agent_id: str = "",
+    ) -> list[str]:
+        """Change the settings of a registered workspace (those given; the rest stay) and
+        return which changed. A new syncer takes over when what is indexed changes: the
+        caller queues a full sync. Refused while a rebuild runs (it holds the old settings)."""
+        new_name = check_name(name) if name else ws.name
+        new_extra = ws.extra_paths if extra_paths is None else extra_paths
+        new_sessions = Path(sessions_dir).expanduser() if sessions_dir else ws.sessions_dir
+        new_agent = agent_id or ws.agent_id
+        changed = [
+            field
+            for field, old, new in (
+                ("name", ws.name, new_name),
+                ("extra_paths", ws.extra_paths, new_extra),
+                ("sessions_dir", ws.sessions_dir, new_sessions),
+                ("agent_id", ws.agent_id, new_agent),
+            )
+            if old != new
+        ]
+        if not changed:
+            return []
+        with self._lock:
+            if new_name != ws.name and self._names.get(new_name, ws.root) != ws.root:
+                raise BadRequest(
+                    f"workspace name {new_name!r} is already used by {self._names[new_name]}"
+                )
+            if {"extra_paths", "sessions_dir"} & set(changed):
+                old = ws.syncer
+                with old.lock:
+                    if old.rebuilding:
+                        raise BadRequest(f"{ws.name} is being rebuilt; change its settings after")
+                    ws.syncer = Syncer(
+                        ws.index,
+                        ws.root,
+                        config=self.config.index,
+                        embedder=self.embedder,
+                        cache=self.cache,
+                        extra_paths=new_extra,
+                        protect=self.protect,
+                        sessions_dir=new_sessions,
+                        sessions=self.config.sessions,
+                    )
+            self._names.pop(ws.name, None)
+            self._names[new_name] = ws.root
+            ws.name, ws.extra_paths, ws.sessions_dir, ws.agent_id = (
+                new_name,
+                new_extra,
+                new_sessions,
+                new_agent,
+            )
+        logger.info("workspace %s at %s: changed %s", ws.name, ws.root, ", ".join(changed))
+        return changed
+
     def open_registered(self, entry: dict[str, Any]) -> Workspace | None:
         """Open a workspace from the registry or the config file; one whose directory is
         missing is remembered in ``missing`` (with a warning) instead of failing the start."""

@@ -131,8 +131,12 @@ class MemoryService:
 
     @staticmethod
     def never_indexed(ws: Workspace) -> bool:
+        """No keyword rows yet, or only part of them: the first sync has not run, or runs now
+        (it records the index's identity before its first file, and commits file by file)."""
+        if ws.syncer.filling:
+            return True
         with ws.index.reader() as store:
-            return store.identity() is None
+            return store.identity() is None or not store.has_files()
 
     def get(
         self,
@@ -203,8 +207,14 @@ class MemoryService:
         removed = sorted(p for p, r in files.items() if p not in on_disk and r.source == "memory")
         errors = {p: r.error for p, r in files.items() if r.error}
         vec = ws.index.vec
+        syncer = ws.syncer
+        activity = syncer.rebuild_activity or syncer.activity or syncer.backlog
         return {
             "workspace": ws.name,
+            # What is being done now (None: idle): files and chunks done of total, the
+            # embedding rate and an ETA. A rebuild is reported before the live index's work.
+            "progress": activity.to_dict() if activity is not None else None,
+            "rebuilding": syncer.rebuilding,
             "root": str(ws.root),
             "index_path": str(ws.index.path),
             "index_bytes": ws.index.path.stat().st_size if ws.index.path.exists() else 0,

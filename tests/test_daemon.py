@@ -55,7 +55,13 @@ def test_every_method(daemon: Daemon, ws: Path) -> None:
             hello["protocol"] == 1 and hello["pid"] == os.getpid() and "search" in hello["methods"]
         )
         added = c.call("workspace_add", path=str(ws), name="agent")
-        assert added == {"name": "agent", "path": str(ws.resolve()), "extra_paths": []}
+        assert added == {
+            "name": "agent",
+            "path": str(ws.resolve()),
+            "extra_paths": [],
+            "added": True,
+            "updated": [],
+        }
         assert c.call("workspace_list")["workspaces"][0]["name"] == "agent"
         found = c.call(
             "search", workspace="agent", query="what is the staging cluster called?", wait_ms=5000

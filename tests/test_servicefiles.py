@@ -25,6 +25,8 @@ from memd.ctl import servicefiles
 from memd.ctl.memctl import cli
 from memd.ctl.servicefiles import ServiceError, launchd_plist, memd_executable, systemd_unit
 
+from .daemon_fixture import running_daemon
+
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_LOG = Path("/Users/USERNAME/Library/Logs/memd.log")
 EXE = Path("/opt/memd venv/bin/memd")
@@ -263,7 +265,15 @@ def test_linux_install_refuses_a_foreign_unit_without_force(home: Path) -> None:
 def test_dry_run_writes_and_runs_nothing(home: Path, platform: str) -> None:
     rec = Recorder()
     lines = servicefiles.install(platform, executable=EXE, dry_run=True, runner=rec)
-    assert lines and all(line.startswith("would ") for line in lines)
+    assert lines and all(line.startswith(("would ", "    ")) for line in lines)
+    # The file it would write is shown, line by line.
+    shown = [line[4:] for line in lines if line.startswith("    ")]
+    expected = (
+        systemd_unit(EXE)
+        if platform == "linux"
+        else launchd_plist(EXE, log_path=servicefiles.launchd_log_path()).decode()
+    )
+    assert shown == expected.splitlines()
     assert rec.calls == []
     assert list(home.iterdir()) == []
     assert servicefiles.uninstall(platform, dry_run=True, runner=rec)
@@ -457,3 +467,35 @@ def test_memctl_service_status_without_a_manager_exits_1(
     result = CliRunner().invoke(cli, ["service", "status"])
     assert result.exit_code == 1
     assert "systemd user manager not available" in result.stderr
+
+
+def test_install_carries_the_shells_settings_but_never_a_key(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model or provider chosen in the shell is what the service must run with; a key set
+    there is named, with what to do, and stays out of the unit."""
+    monkeypatch.setenv("MEMD_LOCAL_MODEL", "/models/multilingual-e5-small.gguf")
+    monkeypatch.setenv("MEMD_WATCH_DEBOUNCE_MS", "900")
+    monkeypatch.setenv("MEMD_TEST_MODEL", "/not/a/setting.gguf")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-live-secret")
+    lines = servicefiles.install("linux", executable=EXE, runner=Recorder())
+    unit = unit_path(home).read_text().splitlines()
+    assert "Environment=MEMD_LOCAL_MODEL=/models/multilingual-e5-small.gguf" in unit
+    assert "Environment=MEMD_WATCH_DEBOUNCE_MS=900" in unit
+    assert not any("MEMD_TEST_MODEL" in line or "sk-live" in line for line in unit)
+    (note,) = [line for line in lines if "OPENAI_API_KEY" in line]
+    assert "not given to the service" in note and "api_key_file" in note
+    assert "sk-live" not in "".join(lines)
+
+
+def test_service_status_sees_a_memd_started_by_hand(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _patch(monkeypatch, Recorder(lambda cmd: (3, "inactive\n", "")))
+    with running_daemon() as daemon:
+        monkeypatch.setenv("MEMD_SOCKET", str(daemon.socket_path))
+        result = CliRunner().invoke(cli, ["service", "status"])
+        as_json = json.loads(CliRunner().invoke(cli, ["service", "status", "--json"]).stdout)
+    assert result.exit_code == 0, result.output
+    assert "memd: running, but not as this service (pid" in result.output, result.output
+    assert as_json["running"] is False and as_json["daemon"]["pid"] == os.getpid()

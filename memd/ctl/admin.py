@@ -22,6 +22,7 @@ from memd.ctl.common import (
     _style,
     _workspace_option,
 )
+from memd_client.errors import MemdError
 from memd_client.paths import user_dirs
 
 __all__ = ["doctor_cmd", "mcp_cmd", "model_group", "service_group"]
@@ -167,6 +168,18 @@ def service_uninstall_cmd(ctx: click.Context, dry_run: bool) -> None:
     _service_action(ctx, lambda sf: sf.uninstall(dry_run=dry_run))
 
 
+def _daemon_answer(settings: _Settings) -> dict[str, Any] | None:
+    """The memd that answers on the socket (pid, version, socket), whoever started it."""
+    from memd_client.connection import Client
+
+    try:
+        with Client(settings.socket, 2.0) as c:
+            hello = c.hello(client="memctl")
+            return {"pid": hello["pid"], "version": hello["version"], "socket": str(c.path)}
+    except MemdError:
+        return None
+
+
 def _service_action(ctx: click.Context, action: Callable[[Any], list[str]]) -> None:
     """Run ``action`` on memd.ctl.servicefiles and print what it did; exit 1 on failure."""
     from memd.ctl import servicefiles  # only these commands need it: memctl starts faster
@@ -195,6 +208,7 @@ def service_status_cmd(ctx: click.Context, as_json: bool) -> None:
     except servicefiles.ServiceError as exc:
         _service_failure(exc)
         ctx.exit(1)
+    info["daemon"] = _daemon_answer(ctx.obj)
     if as_json:
         _print_json(info)
     else:
@@ -213,8 +227,14 @@ def service_status_cmd(ctx: click.Context, as_json: bool) -> None:
             loaded = (info["state"] or "unknown") if info["loaded"] else "not loaded"
             pid = f", pid {info['pid']}" if info["pid"] else ""
             click.echo(f"state: {loaded}{pid}; logs: {info['log']}")
-        running = _style("running", "green") if info["running"] else _style("not running", "red")
-        click.echo(f"memd: {running}")
+        daemon = info["daemon"]
+        if info["running"]:
+            click.echo(f"memd: {_style('running', 'green')}")
+        elif daemon:
+            where = f"pid {daemon['pid']} on {daemon['socket']}"
+            click.echo(f"memd: {_style('running', 'green')}, but not as this service ({where})")
+        else:
+            click.echo(f"memd: {_style('not running', 'red')}")
     if not info["available"]:
         click.echo(f"Error: {info.get('reason')}", err=True)
         ctx.exit(1)

@@ -6,8 +6,7 @@ import json
 import os
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,8 @@ from typing import Any, TypeVar
 
 import click
 
-from memd_client.connection import Client, DaemonNotRunning
+from memd.ctl import display
+from memd_client.connection import Client, DaemonNotRunning, DaemonUnavailable
 from memd_client.errors import MemdError
 
 # Scripts can tell "memd is down" (start it) from "the call failed" (exit 1) and usage (exit 2).
@@ -62,14 +62,29 @@ def _workspace_option(*, all_by_default: bool = False) -> Callable[[_F], _F]:
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
+def _error_json(exc: MemdError) -> dict[str, Any]:
+    """An error as --json prints it: the wire code, its name, the message."""
+    kind = "NOT_RUNNING" if isinstance(exc, DaemonNotRunning) else exc.code.name
+    if isinstance(exc, DaemonUnavailable) and not isinstance(exc, DaemonNotRunning):
+        kind = "UNAVAILABLE"
+    return {"error": {"code": int(exc.code), "kind": kind, "message": str(exc)}}
+
+
 @contextmanager
 def _errors(ctx: click.Context) -> Iterator[None]:
+    """Daemon errors as exit codes (3: not running, 1: the call failed); under --json the
+    error is also printed as JSON on stdout, so a script reads one format."""
+    as_json = bool(ctx.params.get("as_json"))
     try:
         yield
-    except DaemonNotRunning as exc:
-        click.echo(f"Error: {exc}", err=True)
-        ctx.exit(EXIT_NOT_RUNNING)
     except MemdError as exc:
+        code = EXIT_NOT_RUNNING if isinstance(exc, DaemonNotRunning) else 1
+        if as_json:
+            _print_json(_error_json(exc))
+            ctx.exit(code)
+        if isinstance(exc, DaemonNotRunning):
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(code)
         raise click.ClickException(str(exc)) from None
 
 
@@ -80,36 +95,67 @@ def _client(ctx: click.Context) -> Iterator[Client]:
         yield c
 
 
-@contextmanager
-def _spinner(label: str) -> Iterator[None]:
-    """Show an elapsed-time spinner on a terminal's stderr while the block runs."""
-    err = sys.stderr
-    if not err.isatty():
-        yield
-        return
-    done = threading.Event()
+POLL_SECONDS = 0.5
 
-    def spin() -> None:
-        start, frames = time.monotonic(), "|/-\\"
-        i = 0
-        while not done.wait(0.1):
-            err.write(f"\r{frames[i % 4]} {label} {time.monotonic() - start:.0f}s")
-            err.flush()
-            i += 1
-        err.write("\r\033[K")
-        err.flush()
 
-    thread = threading.Thread(target=spin, name="memctl-spinner", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
+def with_progress(
+    settings: _Settings,
+    ref: str | None,
+    call: Callable[[Client], Mapping[str, Any]],
+    *,
+    as_json: bool,
+    show: bool,
+) -> dict[str, Any]:
+    """Run ``call`` on a connection of its own while another asks the daemon what it is doing,
+    twice a second: a bar on a terminal's stderr, JSON lines on stdout with ``as_json``."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            with Client(settings.socket, settings.timeout, identity=settings.identity) as c:
+                outcome["result"] = call(c)
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="memctl-call", daemon=True)
+    worker.start()
+    tty = sys.stderr.isatty()
+    last: dict[str, Any] = {}
+    if show and (tty or as_json):
+        with Client(settings.socket, settings.timeout, identity=settings.identity) as poll:
+            while worker.is_alive():
+                worker.join(POLL_SECONDS)
+                if not worker.is_alive():
+                    break
+                try:
+                    status = poll.status(ref)
+                except MemdError:
+                    continue  # the status is a courtesy; the call's own outcome decides
+                for ws in status.get("workspaces") or []:
+                    progress = ws.get("progress")
+                    if not progress or last.get(ws["workspace"]) == progress:
+                        continue
+                    last[ws["workspace"]] = progress
+                    if as_json:
+                        event = {"event": "progress", "workspace": ws["workspace"], **progress}
+                        click.echo(json.dumps(event))
+                    else:
+                        bar = display.progress_bar(progress)
+                        click.echo(f"\r\033[K{ws['workspace']}: {bar}", nl=False, err=True)
+        if tty and last and not as_json:
+            click.echo("\r\033[K", nl=False, err=True)
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return dict(outcome["result"])
 
 
 def _style(text: str, colour: str) -> str:
-    return click.style(text, fg=colour)  # click.echo drops it when stdout is not a TTY
+    """``text`` in ``colour``: click.echo drops it when stdout is not a TTY, and it is never
+    added when NO_COLOR is set (https://no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return text
+    return click.style(text, fg=colour)
 
 
 def _print_json(value: Any) -> None:

@@ -112,12 +112,61 @@ def _vector_line(v: Mapping[str, Any]) -> str:
     return line
 
 
+_KINDS = {"rebuild": "Rebuilding", "index": "Indexing", "embed": "Embedding"}
+
+
+def _count(n: Any) -> str:
+    return f"{int(n):,}" if isinstance(n, int | float) else "?"
+
+
+def progress_text(p: Mapping[str, Any]) -> str:
+    """What a syncer is doing, in words: ``Rebuilding: embedding 1,200/9,751 chunks (412/3,001
+    files) · 38.5 chunks/s · about 3m 40s left``."""
+    kind = _KINDS.get(str(p.get("kind")), str(p.get("kind")))
+    files = f"{_count(p.get('files_done'))}/{_count(p.get('files_total'))} files"
+    if p.get("phase") != "embed":
+        return f"{kind}: reading {files}"
+    chunks = f"{_count(p.get('chunks_done'))}/{_count(p.get('chunks_total'))} chunks ({files})"
+    text = f"{kind}: {chunks}" if p.get("kind") == "embed" else f"{kind}: embedding {chunks}"
+    if p.get("chunks_per_s"):
+        text += f" · {float(p['chunks_per_s']):.1f} chunks/s"
+    if p.get("eta_s") is not None:
+        text += f" · about {duration(float(p['eta_s']))} left"
+    return text
+
+
+def progress_fraction(p: Mapping[str, Any]) -> float:
+    """How far along, 0 to 1: files while reading, chunks while embedding."""
+    done, total = (
+        ("chunks_done", "chunks_total")
+        if p.get("phase") == "embed"
+        else (
+            "files_done",
+            "files_total",
+        )
+    )
+    d, t = p.get(done) or 0, p.get(total) or 0
+    return min(1.0, d / t) if t else 0.0
+
+
+def progress_bar(p: Mapping[str, Any], width: int = 24) -> str:
+    filled = int(width * progress_fraction(p))
+    return "[" + "#" * filled + "-" * (width - filled) + "] " + progress_text(p)
+
+
 def _workspace_lines(ws: Mapping[str, Any], now: float, style: Style) -> Iterator[str]:
     yield style(str(ws.get("workspace", "?")), "cyan") + f" ({ws.get('root', '?')})"
     yield (
         f"  Indexed: {ws.get('files_indexed', '?')}/{ws.get('files_on_disk', '?')} files"
         f" · {ws.get('chunks', '?')} chunks · {ws.get('files_pending', '?')} pending"
     )
+    progress = ws.get("progress")
+    if progress:
+        yield "  " + style(progress_text(progress), "yellow")
+    unembedded = (ws.get("chunks") or 0) - (ws.get("vectors") or 0)
+    semantic = (ws.get("provider") or {}).get("active") not in (None, "none")
+    if semantic and unembedded > 0 and not progress:
+        yield f"  Unembedded: {unembedded:,} chunks (keyword search finds them; vectors follow)"
     yield "  Dirty: " + (style("yes", "yellow") if ws.get("dirty") else "no")
     for problem in (ws.get("freshness") or {}).get("problems") or []:
         yield "  " + style(f"Problem: {problem}", "yellow")
@@ -200,7 +249,7 @@ def model_line(name: str, size: int, sha256: str | None, partial: bool) -> str:
     return f"{name}  {_mb(size)}  {tail}"
 
 
-def promote_lines(result: dict[str, Any]) -> list[str]:
+def promote_lines(result: Mapping[str, Any]) -> list[str]:
     """Human lines for a promote reply: candidates, what was applied, an explanation."""
     lines = []
     explained = result.get("explain")

@@ -427,8 +427,9 @@ def check_daemon(socket: Path | None) -> tuple[Check, dict[str, Any] | None]:
         if (w.get("provider") or {}).get("last_error")
     ]
     if errors:
-        return Check(name, "warn", f"{detail}; embedding errors: {'; '.join(errors)}", None), status
-    return Check(name, "ok", detail), status
+        warn = Check(name, "warn", f"{detail}; embedding errors: {'; '.join(errors)}", None)
+        return warn, dict(status)
+    return Check(name, "ok", detail), dict(status)
 
 
 # -- inotify ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ echo "- launch moved to May" | memctl append - -w agent
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -21,14 +22,15 @@ from memd.ctl.admin import doctor_cmd, mcp_cmd, model_group, service_group
 from memd.ctl.common import (
     EXIT_NOT_RUNNING,
     _client,
+    _errors,
     _json_option,
     _print_json,
     _ref_or_all,
     _ref_or_cwd,
     _Settings,
-    _spinner,
     _style,
     _workspace_option,
+    with_progress,
 )
 from memd.ctl.workspaces import workspace_group
 
@@ -52,7 +54,7 @@ def _shown(value: T) -> T:
     return value
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memd", prog_name="memctl")
 @click.option(
     "--socket",
@@ -203,6 +205,8 @@ def get_cmd(
         result = c.get(ref, path, from_line=from_line, lines=lines)
     if as_json:
         _print_json(result)
+        if result.get("missing"):
+            ctx.exit(1)  # as in text mode: a script need not parse the reply to know
         return
     if result.get("missing"):
         raise click.ClickException(f"{path} does not exist in the workspace")
@@ -215,8 +219,9 @@ def get_cmd(
 @cli.command("append")
 @click.argument("text")
 @_workspace_option()
+@_json_option
 @click.pass_context
-def append_cmd(ctx: click.Context, text: str, workspace: str | None) -> None:
+def append_cmd(ctx: click.Context, text: str, workspace: str | None, as_json: bool) -> None:
     """Append TEXT ("-" reads stdin) to today's memory file; returns once it is searchable.
 
     Example: echo "- the launch moved to May" | memctl append - -w ~/agent
@@ -226,6 +231,9 @@ def append_cmd(ctx: click.Context, text: str, workspace: str | None) -> None:
     ref = _ref_or_cwd(workspace)
     with _client(ctx) as c:
         result = c.append(ref, text)
+    if as_json:
+        _print_json(result)
+        return
     click.echo(
         f"Appended to {result.get('path')}#L{result.get('start_line')}-L{result.get('end_line')}"
     )
@@ -287,16 +295,32 @@ def promote_cmd(
 @_workspace_option(all_by_default=True)
 @click.option("--force", is_flag=True, help="Rebuild from scratch (safely, in a temporary file).")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until done.")
+@_json_option
 @click.pass_context
-def reindex_cmd(ctx: click.Context, workspace: str | None, force: bool, wait: bool) -> None:
+def reindex_cmd(
+    ctx: click.Context, workspace: str | None, force: bool, wait: bool, as_json: bool
+) -> None:
     """Bring the index of one workspace (default: every workspace) up to date.
+
+    While it works, a terminal shows a progress bar (files read, chunks embedded, the rate and
+    the time left); with --json, one JSON object per line: progress events, then the result.
 
     Example: memctl reindex -w ~/agent --force
     """
     ref = _ref_or_all(workspace)
-    with _client(ctx) as c, _spinner("reindexing"):
+    with _errors(ctx):
         # With --wait the daemon answers when the work is done, however long that takes.
-        result = c.reindex(ref, force=force, wait=wait, timeout=None)
+        result = with_progress(
+            ctx.obj,
+            ref,
+            lambda c: c.reindex(ref, force=force, wait=wait, timeout=None),
+            as_json=as_json,
+            show=wait,
+        )
+    if as_json:
+        click.echo(json.dumps({"event": "done", **result}, ensure_ascii=False, default=str))
+        failed = any(r.get("errors") for r in result.get("workspaces") or [])
+        ctx.exit(1 if failed else 0)
     if not wait:
         click.echo("Queued: " + ", ".join(str(n) for n in result.get("queued") or []))
         return

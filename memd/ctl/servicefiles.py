@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from memd.atomicfile import write_atomic
+from memd.config import setting_variables
+from memd.embed.secrets import KEY_VARIABLES
 
 __all__ = [
     "LAUNCHD_LABEL",
@@ -210,7 +212,27 @@ def launchd_plist(
 
 
 def _service_environment(env: Mapping[str, str]) -> dict[str, str]:
-    return {name: env[name] for name in PROPAGATED_ENV if env.get(name)}
+    """What the service is started with: where memd keeps its files and every ``MEMD_*``
+    setting of this shell (a local model, a provider), so it runs as ``memd run`` here would.
+    Never a key: those stay in key files (see :func:`secrets_left_out`)."""
+    out = {name: env[name] for name in PROPAGATED_ENV if env.get(name)}
+    out.update(setting_variables(env))
+    return dict(sorted(out.items()))
+
+
+def secrets_left_out(env: Mapping[str, str]) -> list[str]:
+    """Lines about API keys set in this shell that the service will not see, and what to do."""
+    lines: list[str] = []
+    for provider, names in KEY_VARIABLES.items():
+        for name in names:
+            if env.get(name) and not any(name in line for line in lines):
+                lines.append(
+                    f"note: {name} is set here but not given to the service (a unit file is no "
+                    f"place for a key): write it to a file only you can read (chmod 600) and "
+                    f'set api_key_file = "<that file>" under [embedding] in the config '
+                    f"(provider {provider})"
+                )
+    return lines
 
 
 # --- platforms ---------------------------------------------------------------------------------
@@ -340,10 +362,16 @@ def _install_systemd(
     commands = [[*_SYSTEMCTL, "daemon-reload"], start]
     if action == "replace":  # a running memd keeps its old unit until restarted
         commands.append([*_SYSTEMCTL, "restart", SYSTEMD_UNIT_NAME])
+    notes = secrets_left_out(os.environ)
     if dry_run:
         verb = {"new": "write", "same": "keep (unchanged)", "replace": "replace"}[action]
-        return [f"would {verb} {path}", *(f"would run: {' '.join(c)}" for c in commands)]
-    lines: list[str] = []
+        return [
+            f"would {verb} {path}:",
+            *(f"    {line}" for line in data.decode().splitlines()),
+            *(f"would run: {' '.join(c)}" for c in commands),
+            *notes,
+        ]
+    lines: list[str] = list(notes)
     if action == "same":
         lines.append(f"{path} is up to date")
     else:
@@ -380,15 +408,18 @@ def _install_launchd(
     action = _prepare(path, data, force=force)
     domain = _gui_domain()
     service = f"{domain}/{LAUNCHD_LABEL}"
+    notes = secrets_left_out(os.environ)
     if dry_run:
         verb = {"new": "write", "same": "keep (unchanged)", "replace": "replace"}[action]
         return [
-            f"would {verb} {path} (logs to {log})",
+            f"would {verb} {path} (logs to {log}):",
+            *(f"    {line}" for line in data.decode().splitlines()),
             f"would run: launchctl bootout {service} (if loaded)",
             f"would run: launchctl enable {service}",
             f"would run: launchctl bootstrap {domain} {path}",
+            *notes,
         ]
-    lines: list[str] = []
+    lines: list[str] = list(notes)
     if action == "same":
         lines.append(f"{path} is up to date")
     else:

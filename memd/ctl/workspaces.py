@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -33,6 +35,7 @@ def workspace_group() -> None:
     help="A folder of the agent's session transcripts (*.jsonl) to index too.",
 )
 @click.option("--agent-id", "owner", default=None, help="The agent the transcripts belong to.")
+@_json_option
 @click.pass_context
 def workspace_add_cmd(
     ctx: click.Context,
@@ -41,8 +44,10 @@ def workspace_add_cmd(
     extra: tuple[Path, ...],
     sessions_dir: Path | None,
     owner: str | None,
+    as_json: bool,
 ) -> None:
-    """Register the directory PATH as a workspace.
+    """Register the directory PATH as a workspace; for one already registered, the options
+    given replace its settings (the others stay).
 
     Example: memctl workspace add ~/agent --name agent --extra ~/notes
     """
@@ -54,9 +59,54 @@ def workspace_add_cmd(
             sessions_dir=sessions_dir,
             agent_id=owner,
         )
-    click.echo(f"Added {result.get('name')}: {result.get('path')}")
-    for p in result.get("extra_paths") or []:
-        click.echo(f"  + {p}")
+    if as_json:
+        _print_json(result)
+        return
+    if result.get("added", True):
+        click.echo(f"Added {result.get('name')}: {result.get('path')}")
+    elif result.get("updated"):
+        click.echo(f"Updated {result.get('name')}: {', '.join(result['updated'])}")
+    else:
+        click.echo(f"{result.get('name')} is registered with these settings already")
+    _settings(result)
+
+
+def _settings(ws: Mapping[str, Any]) -> None:
+    click.echo(f"  path: {ws.get('path')}")
+    for p in ws.get("extra_paths") or []:
+        click.echo(f"  extra: {p}")
+    if ws.get("sessions_dir"):
+        click.echo(f"  sessions: {ws['sessions_dir']} (agent {ws.get('agent_id')})")
+
+
+@workspace_group.command("show")
+@click.argument("workspace")
+@_json_option
+@click.pass_context
+def workspace_show_cmd(ctx: click.Context, workspace: str, as_json: bool) -> None:
+    """Print the settings of WORKSPACE (a name or a directory).
+
+    Example: memctl workspace show agent
+    """
+    ref = _ref(workspace)
+    with _client(ctx) as c:
+        found = [
+            ws
+            for ws in c.workspace_list()["workspaces"]
+            if ref in (ws.get("name"), ws.get("path"))
+            or Path(ref).expanduser().resolve() == Path(str(ws.get("path")))
+        ]
+    if not found:
+        message = f"no workspace {workspace!r} is registered"
+        if as_json:
+            _print_json({"error": {"code": 4, "kind": "UNKNOWN_WORKSPACE", "message": message}})
+            ctx.exit(1)
+        raise click.ClickException(message)
+    if as_json:
+        _print_json(found[0])
+        return
+    click.echo(str(found[0].get("name")))
+    _settings(found[0])
 
 
 @workspace_group.command("remove")

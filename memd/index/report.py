@@ -1,10 +1,59 @@
-"""What a sync did (SyncReport) and one file about to be indexed (IndexEntry)."""
+"""What a sync did (SyncReport), what one is doing (Activity), and one file about to be
+indexed (IndexEntry)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["IndexEntry", "SyncReport"]
+__all__ = ["Activity", "IndexEntry", "SyncReport"]
+
+
+@dataclass
+class Activity:
+    """The pass a syncer is in, for status and progress bars: ``kind`` is "index" (files read
+    into keyword rows), "embed" (the embedding backlog of the live index) or "rebuild" (a new
+    index built beside the live one); ``phase`` is "scan" or "embed" within it."""
+
+    kind: str
+    phase: str = "scan"
+    files_done: int = 0
+    files_total: int = 0
+    chunks_done: int = 0
+    chunks_total: int = 0
+    started: float = field(default_factory=time.monotonic)
+    embed_started: float | None = None
+
+    def scanned(self, done: int, total: int) -> None:
+        self.phase, self.files_done, self.files_total = "scan", done, total
+
+    def embedding(self, done: int, total: int, chunks_total: int | None = None) -> None:
+        if self.phase != "embed" or self.embed_started is None:
+            self.embed_started = time.monotonic()
+        self.phase, self.files_done, self.files_total = "embed", done, total
+        if chunks_total is not None:
+            self.chunks_total = chunks_total
+
+    def to_dict(self) -> dict[str, Any]:
+        """The activity as status reports it: counts, chunks per second and an ETA (seconds;
+        None until a rate is known)."""
+        now = time.monotonic()
+        rate = None
+        if self.embed_started is not None and self.chunks_done:
+            rate = self.chunks_done / max(now - self.embed_started, 1e-3)
+        left = max(self.chunks_total - self.chunks_done, 0)
+        return {
+            "kind": self.kind,
+            "phase": self.phase,
+            "files_done": self.files_done,
+            "files_total": self.files_total,
+            "chunks_done": self.chunks_done,
+            "chunks_total": self.chunks_total,
+            "chunks_per_s": round(rate, 2) if rate else None,
+            "eta_s": round(left / rate, 1) if rate and self.phase == "embed" else None,
+            "elapsed_s": round(now - self.started, 1),
+        }
 
 
 @dataclass

@@ -286,6 +286,9 @@ class Store:
         )
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
+    def has_files(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is not None
+
     def has_pending(self) -> bool:
         return (
             self.conn.execute("SELECT 1 FROM files WHERE pending > 0 LIMIT 1").fetchone()

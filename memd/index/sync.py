@@ -31,7 +31,7 @@ from memd.index.chunk import chunk_text, vector_lines
 from memd.index.db import atomic, translate_errors
 from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
-from memd.index.report import IndexEntry, SyncReport
+from memd.index.report import Activity, IndexEntry, SyncReport
 from memd.index.store import FileRow, NewChunk, Store, VectorStore
 from memd.index.transcripts import Transcripts
 from memd.markdown.discover import SourceFile, discover, memory_file, read_regular
@@ -107,6 +107,11 @@ class Syncer:
         # Held by every write to the live index; a rebuild holds it only to publish.
         self.lock = threading.RLock()
         self.rebuilding = False
+        # What the live index's writer and a rebuild are doing now, for status (None: idle).
+        self.activity: Activity | None = None
+        self.filling = False  # the first sync of an empty index is running
+        self.backlog: Activity | None = None
+        self.rebuild_activity: Activity | None = None
 
     @property
     def sessions_dir(self) -> Path | None:
@@ -191,9 +196,19 @@ class Syncer:
                         writer.set_identity(self.expected_identity().to_dict())
                         writer = self.index.writer()  # a store that knows the vector table
                         writer.ensure_vector_table()
-            self._reconcile_some(writer, report, progress, paths if state != "missing" else None)
-            if embed:
-                self._embed_pending(writer, report, progress)
+            act = self.activity = Activity("index")
+            # An index filled for the first time: searches wait for the whole first pass
+            # rather than answer from its first few files.
+            self.filling = not writer.has_files()
+            try:
+                self._reconcile_some(
+                    writer, report, _tracked(act, progress), paths if state != "missing" else None
+                )
+                if embed:
+                    self._embed_pending(writer, report, progress, act=act)
+            finally:
+                self.activity = None
+                self.filling = False
             report.pending_files = writer.counts()["pending_files"]
         report.seconds = time.monotonic() - started
         if not report.errors:
@@ -205,8 +220,14 @@ class Syncer:
         report = SyncReport()
         with self.lock, translate_errors("embed"):
             writer = self.index.writer()
-            self._embed_pending(writer, report, None, max_files=max_files)
+            # The backlog is worked off a few files per call, between the writer's other jobs:
+            # one activity spans the calls until nothing is pending.
+            act = self.backlog if self.backlog is not None else Activity("embed")
+            self.backlog = act
+            self._embed_pending(writer, report, None, max_files=max_files, act=act)
             report.pending_files = writer.pending_count()
+            if not report.pending_files or report.errors:
+                self.backlog = None
         return report
 
     def has_pending(self) -> bool:
@@ -225,14 +246,16 @@ class Syncer:
                 report.errors.append(("", "a rebuild is already running"))
                 return report
             self.rebuilding = True
+        act = self.rebuild_activity = Activity("rebuild")
         try:
-            self._rebuild(report, progress)
+            self._rebuild(report, _tracked(act, progress), act)
         finally:
             self.rebuilding = False
+            self.rebuild_activity = None
         report.seconds = time.monotonic() - started
         return report
 
-    def _rebuild(self, report: SyncReport, progress: Progress | None) -> None:
+    def _rebuild(self, report: SyncReport, progress: Progress | None, act: Activity) -> None:
         temp = self.index.temp_path()
         expected = self.expected_identity()
         conn: apsw.Connection | None = None
@@ -244,7 +267,7 @@ class Syncer:
                     store.set_identity(expected.to_dict())
                     store.ensure_vector_table()
                 self._reconcile(store, report, progress, fresh=True)
-                self._embed_pending(store, report, progress)
+                self._embed_pending(store, report, progress, act=act)
                 counts = store.counts()
                 if counts["pending_files"]:
                     raise _RebuildAborted(
@@ -512,11 +535,19 @@ class Syncer:
         progress: Progress | None,
         *,
         max_files: int | None = None,
+        act: Activity | None = None,
     ) -> None:
         e = self.embedder
         if e is None or not self._same_vectors(store) or self.backing_off():
             return
         paths = store.pending_paths(max_files)
+        base = files_total = 0
+        if act is not None and paths:
+            counts = store.counts()
+            base = act.files_done if act.phase == "embed" else 0
+            files_total = base + counts["pending_files"]
+            chunks_total = act.chunks_done + counts["chunks"] - counts["embedded_chunks"]
+            act.embedding(base, files_total, chunks_total)
         for n, path in enumerate(paths, 1):
             if progress:
                 progress("embed", n, len(paths))
@@ -534,6 +565,9 @@ class Syncer:
                 with atomic(store.conn):
                     store.add_vectors(path, vectors)
                     store.bump_generation()
+                if act is not None:
+                    act.chunks_done += len(todo)
+                    act.embedding(base + n, files_total)
             except (apsw.FullError, apsw.ReadOnlyError, apsw.IOError) as exc:
                 # The disk, not the provider: wait the same way, or the writer would re-embed
                 # and fail again at once, in a loop.
@@ -580,6 +614,18 @@ class Syncer:
             for key, h, _ in chunks
             if h in by_hash and all(lh in by_hash for _, lh in lines[key])
         }
+
+
+def _tracked(act: Activity, progress: Progress | None) -> Progress:
+    """A progress callback that keeps ``act`` up to date and passes the call on."""
+
+    def track(phase: str, done: int, total: int) -> None:
+        if phase == "scan":  # the embedding phase counts chunks too: _embed_pending tracks it
+            act.scanned(done, total)
+        if progress is not None:
+            progress(phase, done, total)
+
+    return track
 
 
 def _stack(vectors: list[Vectors]) -> Vectors | None:

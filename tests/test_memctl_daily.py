@@ -1,0 +1,124 @@
+"""memctl in daily use, through a real daemon: re-adding a workspace with new settings, showing
+them, --json everywhere it matters (errors included), NO_COLOR and -h."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from memd.ctl.memctl import EXIT_NOT_RUNNING, cli
+from memd.daemon import Daemon
+from memd.embed.fake import FakeEmbedder
+
+from .daemon_fixture import running_daemon, short_socket_dir
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "agent"
+    (root / "memory").mkdir(parents=True)
+    (root / "MEMORY.md").write_text("# Memory\n\nThe staging cluster is called Orion.\n")
+    return root
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> Path:
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    line = {"type": "message", "message": {"role": "user", "content": "my cat is Zebulon"}}
+    (folder / "abc.jsonl").write_text(
+        json.dumps({"type": "session"}) + "\n" + json.dumps(line) + "\n"
+    )
+    return folder
+
+
+@pytest.fixture
+def daemon() -> Iterator[Daemon]:
+    with running_daemon(embedder=FakeEmbedder()) as d:
+        yield d
+
+
+def memctl(daemon: Daemon, *args: str, **kw: object) -> Result:
+    return CliRunner().invoke(cli, ["--socket", str(daemon.socket_path), *args], **kw)  # type: ignore[arg-type]
+
+
+def test_adding_again_with_new_settings_updates_them(
+    daemon: Daemon, ws: Path, sessions: Path
+) -> None:
+    first = memctl(daemon, "workspace", "add", str(ws), "--name", "agent")
+    assert first.exit_code == 0 and first.output.startswith("Added agent: "), first.output
+    same = memctl(daemon, "workspace", "add", str(ws))
+    assert "agent is registered with these settings already" in same.output
+    # The README's walk-through adds the transcripts this way: they must become searchable.
+    again = memctl(
+        daemon, "workspace", "add", str(ws), "--sessions-dir", str(sessions), "--agent-id", "main"
+    )
+    assert again.exit_code == 0, again.output
+    assert again.output.startswith("Updated agent: sessions_dir, agent_id"), again.output
+    found = memctl(
+        daemon,
+        "--agent-id",
+        "main",
+        "search",
+        "Zebulon",
+        "-w",
+        "agent",
+        "--wait-ms",
+        "10000",
+        "--json",
+    )
+    hits = json.loads(found.stdout)["results"]
+    assert hits and hits[0]["path"] == "sessions/abc.jsonl", found.output
+    shown = memctl(daemon, "workspace", "show", "agent")
+    assert shown.exit_code == 0
+    assert f"sessions: {sessions.resolve()} (agent main)" in shown.output, shown.output
+    as_json = json.loads(memctl(daemon, "workspace", "show", str(ws), "--json").stdout)
+    assert as_json["name"] == "agent" and as_json["sessions_dir"] == str(sessions.resolve())
+    renamed = json.loads(
+        memctl(daemon, "workspace", "add", str(ws), "--name", "main", "--json").stdout
+    )
+    assert renamed["name"] == "main" and renamed["updated"] == ["name"] and not renamed["added"]
+    missing = memctl(daemon, "workspace", "show", "nope", "--json")
+    assert missing.exit_code == 1
+    assert json.loads(missing.stdout)["error"]["kind"] == "UNKNOWN_WORKSPACE"
+
+
+def test_json_for_append_and_errors(daemon: Daemon, ws: Path) -> None:
+    memctl(daemon, "workspace", "add", str(ws), "--name", "agent")
+    appended = memctl(daemon, "append", "The deploy freeze starts Friday", "-w", "agent", "--json")
+    assert appended.exit_code == 0, appended.output
+    result = json.loads(appended.stdout)
+    assert result["path"].startswith("memory/") and result["written"] is True
+    bad = memctl(daemon, "search", "x", "-w", "nope", "--json")
+    assert bad.exit_code == 1
+    error = json.loads(bad.stdout)["error"]
+    assert (
+        error["code"] == 4 and error["kind"] == "UNKNOWN_WORKSPACE" and "nope" in error["message"]
+    )
+    gone = memctl(daemon, "get", "memory/1999-01-01.md", "-w", "agent", "--json")
+    assert gone.exit_code == 1 and json.loads(gone.stdout)["missing"] is True
+    assert memctl(daemon, "get", "memory/1999-01-01.md", "-w", "agent").exit_code == 1
+
+
+def test_not_running_is_json_too() -> None:
+    directory = short_socket_dir()
+    result = CliRunner().invoke(cli, ["--socket", str(directory / "memd.sock"), "status", "--json"])
+    assert result.exit_code == EXIT_NOT_RUNNING
+    error = json.loads(result.stdout)["error"]
+    assert error["kind"] == "NOT_RUNNING" and "memd run" in error["message"]
+
+
+def test_no_color_and_short_help(daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    memctl(daemon, "workspace", "add", str(ws), "--name", "agent")
+    coloured = memctl(daemon, "status", color=True)
+    assert "\x1b[" in coloured.output  # the workspace name is coloured on a terminal
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = memctl(daemon, "status", color=True)
+    assert plain.exit_code == 0 and "\x1b[" not in plain.output, plain.output
+    for args in (["-h"], ["search", "-h"], ["workspace", "add", "-h"]):
+        shown = CliRunner().invoke(cli, args)
+        assert shown.exit_code == 0 and shown.output.startswith("Usage: "), args

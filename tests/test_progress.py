@@ -1,0 +1,139 @@
+"""Progress of long work, through a real daemon: status says what is being done, how far and how
+fast, and ``memctl reindex`` shows it as it goes (a bar on a terminal, JSON lines with --json)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from click.testing import CliRunner
+
+import memd_client
+from memd.ctl import display
+from memd.ctl.memctl import cli
+from memd.embed.base import Kind, Vectors
+from memd.embed.fake import FakeEmbedder
+
+from .daemon_fixture import running_daemon, wait_for
+
+
+class SlowEmbedder(FakeEmbedder):
+    """The fake provider at a pace a person could watch: a real model on two cores embeds a few
+    dozen texts a second, the fake one thousands, which leaves nothing to report. (A slowed
+    fake, not a mock: everything else is the real daemon.)"""
+
+    def __init__(self, seconds_per_batch: float) -> None:
+        super().__init__(batch_size=4)
+        self.seconds_per_batch = seconds_per_batch
+
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        if kind == "document":
+            time.sleep(self.seconds_per_batch)
+        return super().embed_batch(texts, kind=kind)
+
+
+def _workspace(root: Path, files: int) -> Path:
+    (root / "memory").mkdir(parents=True)
+    for i in range(files):
+        lines = [
+            f"- note {i} line {j}: the {word} plan for week {i}"
+            for j, word in enumerate(("deploy", "budget", "hiring", "launch"))
+        ]
+        (root / "memory" / f"2026-01-{i % 28 + 1:02d}-{i:03d}.md").write_text(
+            f"# Day {i}\n\n" + "\n".join(lines) + "\n"
+        )
+    return root
+
+
+def test_reindex_streams_progress_and_status_shows_the_rebuild(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "big", files=120)
+    with running_daemon(embedder=SlowEmbedder(0.03)) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+            c.workspace_add(str(ws), name="big")
+        seen: list[str] = []
+        stop = threading.Event()
+
+        def watch_status() -> None:  # what `memctl status` prints meanwhile (its own lines:
+            # two click runners at once would share one redirected stdout)
+            with memd_client.connect(daemon.socket_path) as c:
+                while not stop.is_set():
+                    text = "\n".join(display.status_lines(c.status(), time.time()))
+                    if "Rebuilding: embedding" in text:
+                        seen.append(text)
+                        return
+                    time.sleep(0.2)
+
+        watcher = threading.Thread(target=watch_status)
+        watcher.start()
+        try:
+            result = CliRunner().invoke(
+                cli,
+                ["--socket", str(daemon.socket_path), "reindex", "-w", "big", "--force", "--json"],
+            )
+        finally:
+            stop.set()
+            watcher.join()
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    progress = [e for e in events if e["event"] == "progress"]
+    assert events[-1]["event"] == "done" and events[-1]["workspaces"][0]["rebuilt"]
+    assert len(progress) >= 10, events
+    assert {e["kind"] for e in progress} == {"rebuild"}
+    embedding = [e for e in progress if e["phase"] == "embed"]
+    assert embedding, progress
+    done = [e["chunks_done"] for e in embedding]
+    assert done == sorted(done) and done[-1] > done[0], "chunks are counted up"
+    last = embedding[-1]
+    assert last["chunks_total"] == 120 and last["files_total"] == 120
+    assert last["chunks_per_s"] > 0 and last["eta_s"] is not None
+    # Meanwhile `memctl status` said so, in words.
+    assert seen, "status never showed the rebuild"
+    assert "Rebuilding: embedding" in seen[0] and "chunks/s" in seen[0] and "left" in seen[0]
+
+
+def test_status_shows_the_embedding_backlog_with_an_eta(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "backlog", files=60)
+    with running_daemon(embedder=SlowEmbedder(0.03)) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+            c.workspace_add(str(ws), name="backlog")
+
+            def embedding() -> dict[str, object] | None:
+                p = c.status("backlog")["workspaces"][0]["progress"]
+                return p if p and p.get("kind") == "embed" and p.get("chunks_per_s") else None
+
+            p = wait_for(embedding, "the embedding backlog in status")
+            assert p["files_total"] == 60 and p["chunks_total"] == 60
+            assert 0 < p["chunks_done"] < 60 and p["eta_s"] > 0  # type: ignore[operator]
+            wait_for(lambda: c.status("backlog")["workspaces"][0]["files_pending"] == 0, "done")
+            assert c.status("backlog")["workspaces"][0]["progress"] is None
+
+
+def test_progress_in_words() -> None:
+    p = {
+        "kind": "rebuild",
+        "phase": "embed",
+        "files_done": 412,
+        "files_total": 3001,
+        "chunks_done": 1200,
+        "chunks_total": 9751,
+        "chunks_per_s": 38.5,
+        "eta_s": 222.1,
+    }
+    assert display.progress_text(p) == (
+        "Rebuilding: embedding 1,200/9,751 chunks (412/3,001 files) · 38.5 chunks/s · about 3m 42s left"
+    )
+    assert display.progress_bar(p, width=10).startswith("[#---------] ")
+    scan = {"kind": "index", "phase": "scan", "files_done": 5, "files_total": 10}
+    assert display.progress_text(scan) == "Indexing: reading 5/10 files"
+    assert display.progress_bar(scan, width=10).startswith("[#####-----] ")
+
+
+def test_the_backlog_in_words() -> None:
+    backlog = {"kind": "embed", "phase": "embed", "files_done": 8, "files_total": 301}
+    backlog |= {"chunks_done": 8, "chunks_total": 301, "chunks_per_s": 5.5, "eta_s": 53.0}
+    assert display.progress_text(backlog) == (
+        "Embedding: 8/301 chunks (8/301 files) · 5.5 chunks/s · about 53s left"
+    )
