@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+import memd_client
 from memd.ctl.memctl import EXIT_NOT_RUNNING, cli
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
+from memd_client.errors import UnknownWorkspace
 
 from .daemon_fixture import running_daemon, short_socket_dir
 
@@ -55,7 +57,14 @@ def test_adding_again_with_new_settings_updates_them(
     assert "agent is registered with these settings already" in same.output
     # The README's walk-through adds the transcripts this way: they must become searchable.
     again = memctl(
-        daemon, "workspace", "add", str(ws), "--sessions-dir", str(sessions), "--agent-id", "main"
+        daemon,
+        "workspace",
+        "add",
+        str(ws),
+        "--sessions-dir",
+        str(sessions),
+        "--sessions-agent",
+        "main",
     )
     assert again.exit_code == 0, again.output
     assert again.output.startswith("Updated agent: sessions_dir, agent_id"), again.output
@@ -122,3 +131,31 @@ def test_no_color_and_short_help(daemon: Daemon, ws: Path, monkeypatch: pytest.M
     for args in (["-h"], ["search", "-h"], ["workspace", "add", "-h"]):
         shown = CliRunner().invoke(cli, args)
         assert shown.exit_code == 0 and shown.output.startswith("Usage: "), args
+    # One meaning per option: --agent-id is who is asking, for memctl and its MCP server alike;
+    # the owner of a workspace's transcripts is --sessions-agent.
+    assert "--agent-id" in CliRunner().invoke(cli, ["mcp", "-h"]).output
+    add_help = CliRunner().invoke(cli, ["workspace", "add", "-h"]).output
+    assert "--sessions-agent" in add_help and "--agent-id" not in add_help
+
+
+def test_a_workspace_is_a_name_first_then_a_path_in_any_form(
+    daemon: Daemon, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memctl(daemon, "workspace", "add", str(ws), "--name", "main")
+    monkeypatch.chdir(ws.parent)
+    monkeypatch.setenv("HOME", str(ws.parent))
+    # The directory is called "agent" but registered as "main": -w agent finds it as a path.
+    for ref in ("agent", "./agent", "~/agent", str(ws)):
+        found = memctl(daemon, "search", "Orion", "-w", ref, "--json")
+        assert found.exit_code == 0, (ref, found.output)
+        assert json.loads(found.stdout)["results"][0]["path"] == "MEMORY.md", ref
+    with memd_client.connect(daemon.socket_path) as c:
+        for ref in ("main", "agent", "./agent", "~/agent", ws, Path("agent")):
+            assert c.search(ref, "Orion")["results"][0]["path"] == "MEMORY.md", ref
+        # A name wins over a directory of that name; nothing else is guessed.
+        (ws.parent / "main").mkdir()
+        assert c.search("main", "Orion")["results"], "the registered name, not ./main"
+        with pytest.raises(UnknownWorkspace):
+            c.search("nope", "Orion")
+        with pytest.raises(UnknownWorkspace):
+            c.search("./main", "Orion")  # written as a path: the directory, not registered

@@ -8,6 +8,7 @@ blocking client and a coroutine of one from the asyncio client.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from abc import ABC, abstractmethod
@@ -15,7 +16,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
 
-from memd_client.errors import Internal, Timeout
+from memd_client.errors import Internal, Timeout, UnknownWorkspace
 from memd_client.protocol import PROTOCOL_VERSION
 from memd_client.types import (
     AppendResult,
@@ -47,8 +48,27 @@ def _absolute(path: str | os.PathLike[str]) -> str:
     return os.path.abspath(os.path.expanduser(os.fspath(path)))
 
 
+def _is_path(ref: str) -> bool:
+    """A reference written as a path: ``~``, ``.``, ``..`` or a separator in it."""
+    return ref.startswith(("~", ".")) or os.sep in ref or (os.altsep or os.sep) in ref
+
+
 def _workspace(ref: WorkspaceRef) -> str:
-    return ref if isinstance(ref, str) else _absolute(ref)
+    """A workspace reference as sent: a path form (a Path, ``~/ws``, ``./ws``, ``a/b``) made
+    absolute here, where it was written; a plain word as it is (a registered name)."""
+    if not isinstance(ref, str) or _is_path(ref):
+        return _absolute(ref)
+    return ref
+
+
+def _as_directory(call: Call[T]) -> Call[T] | None:
+    """The call again with its plain-word workspace as the directory of that name in the
+    current directory, when there is one: a name first, then a path (``-w notes`` for
+    ``./notes``)."""
+    ref = call.params.get("workspace")
+    if not isinstance(ref, str) or _is_path(ref) or not os.path.isdir(ref):
+        return None
+    return dataclasses.replace(call, params={**call.params, "workspace": _absolute(ref)})
 
 
 @dataclass(frozen=True)
@@ -349,6 +369,11 @@ class BlockingMethods(Methods):
             return call.result(self._call(call.method, call.params, call.timeout))
         except Timeout as exc:
             raise call.timed_out(exc) from None
+        except UnknownWorkspace:
+            again = _as_directory(call)
+            if again is None:
+                raise
+            return self._run(again)
 
 
 class AsyncMethods(Methods):
@@ -363,3 +388,8 @@ class AsyncMethods(Methods):
             return call.result(await self._call(call.method, call.params, call.timeout))
         except Timeout as exc:
             raise call.timed_out(exc) from None
+        except UnknownWorkspace:
+            again = _as_directory(call)
+            if again is None:
+                raise
+            return await self._run(again)

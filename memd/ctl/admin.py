@@ -115,11 +115,15 @@ def doctor_cmd(ctx: click.Context, as_json: bool, no_model: bool) -> None:
 
 @click.command("mcp")
 @_workspace_option()
+@click.option("--agent-id", default=None, help="Search as this agent (as memctl --agent-id).")
+@click.option("--session-key", default=None, help="The caller's session key (as memctl's).")
 @click.pass_context
-def mcp_cmd(ctx: click.Context, workspace: str | None) -> None:
+def mcp_cmd(
+    ctx: click.Context, workspace: str | None, agent_id: str | None, session_key: str | None
+) -> None:
     """Serve the workspace's memory to an MCP client over stdio (memory_search/get/append).
 
-    Example: memctl mcp -w ~/agent   (as an MCP client's server command)
+    Example: memctl mcp -w ~/agent --agent-id main   (as an MCP client's server command)
     """
     try:
         from memd.ctl import mcp_server  # the MCP SDK too: only this command needs them
@@ -128,8 +132,10 @@ def mcp_cmd(ctx: click.Context, workspace: str | None) -> None:
             f"memctl mcp needs the MCP SDK ({exc}); install it with: pip install 'memd[mcp]'"
         ) from None
     settings: _Settings = ctx.obj
+    identity = dict(settings.identity or {})
+    identity.update({k: v for k, v in (("agent_id", agent_id), ("session_key", session_key)) if v})
     mcp_server.run(
-        _ref_or_cwd(workspace), settings.socket, settings.identity, timeout=settings.timeout
+        _ref_or_cwd(workspace), settings.socket, identity or None, timeout=settings.timeout
     )
 
 

@@ -34,7 +34,13 @@ def workspace_group() -> None:
     default=None,
     help="A folder of the agent's session transcripts (*.jsonl) to index too.",
 )
-@click.option("--agent-id", "owner", default=None, help="The agent the transcripts belong to.")
+@click.option(
+    "--sessions-agent",
+    "owner",
+    default=None,
+    metavar="ID",
+    help="The agent whose transcripts --sessions-dir holds (default: the workspace name).",
+)
 @_json_option
 @click.pass_context
 def workspace_add_cmd(
