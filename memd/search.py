@@ -77,6 +77,9 @@ class Hit:
     chunk_id: int = field(default=0, repr=False)
     keyword: bool = field(default=False, repr=False)
     exact: bool = field(default=False, repr=False)
+    text: str = field(default="", repr=False)  # the whole chunk, for the snippet window
+    snippet_start_line: int = 0  # the file line the snippet starts at
+    match_lines: list[int] = field(default_factory=list)  # file lines holding query terms
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -85,10 +88,52 @@ class Hit:
             "end_line": self.end_line,
             "score": round(self.score, 6),
             "snippet": self.snippet,
+            "snippet_start_line": self.snippet_start_line or self.start_line,
+            "match_lines": list(self.match_lines),
             "source": self.source,
             "vector_score": round(self.vector_score, 6),
             "text_score": round(self.text_score, 6),
         }
+
+    def window(self, terms: Sequence[str], max_chars: int) -> None:
+        """Make the snippet the part of the chunk that shows the query best: the run of whole
+        lines within ``max_chars`` holding the most distinct query terms (then the most
+        matching lines, then the earliest), and note which file lines match."""
+        if not self.text:
+            return
+        lines = self.text.split("\n")
+        found = [tokens_among(line, terms) if terms else set() for line in lines]
+        self.match_lines = [self.start_line + i for i, f in enumerate(found) if f]
+        if len(self.text) <= max_chars or not self.match_lines:
+            self.snippet_start_line = self.start_line
+            self._transcript_lines()
+            return
+        best: tuple[int, int, int] = (-1, -1, 0)
+        best_span = (0, 1)
+        for i in range(len(lines)):
+            used, seen, matching, j = 0, set[str](), 0, i
+            while j < len(lines) and used + len(lines[j]) + (j > i) <= max_chars:
+                used += len(lines[j]) + (j > i)
+                seen |= found[j]
+                matching += bool(found[j])
+                j += 1
+            score = (len(seen), matching, -i)
+            if j > i and score > best:
+                best, best_span = score, (i, j)
+        i, j = best_span
+        if best[0] <= 0:  # not even one line fits: the first matching line, cut
+            i = self.match_lines[0] - self.start_line
+            self.snippet = lines[i][:max_chars]
+        else:
+            self.snippet = "\n".join(lines[i:j])
+        self.snippet_start_line = self.start_line + i
+        self._transcript_lines()
+
+    def _transcript_lines(self) -> None:
+        """A transcript chunk's lines are rendered messages, not its file's JSONL lines: its
+        snippet cites the chunk, and no line is named."""
+        if self.source != "memory":
+            self.snippet_start_line, self.match_lines = self.start_line, []
 
 
 @dataclass
@@ -185,19 +230,27 @@ def search(
             )
         if qvec_future is None:
             hits = _keyword_only(store, keyword_rows, boost_terms, options, now)
-            return SearchOutcome(hits, mode, provider, model, note)
-        qvec = qvec_future.result()
-        vector_rows = store.reads.vector_candidates(qvec, options.sources, options.candidates)
-        hits = _merge(
-            store, qvec, vector_rows, keyword_rows, boost_terms, options, hybrid=mode == "hybrid"
-        )
-        hits = _finish(store, hits, options, now)
+        else:
+            qvec = qvec_future.result()
+            vector_rows = store.reads.vector_candidates(qvec, options.sources, options.candidates)
+            hits = _merge(
+                store,
+                qvec,
+                vector_rows,
+                keyword_rows,
+                boost_terms,
+                options,
+                hybrid=mode == "hybrid",
+            )
+            hits = _finish(store, hits, options, now)
+        for hit in hits:
+            hit.window(boost_terms, options.snippet_chars)
         return SearchOutcome(hits, mode, provider, model, note)
 
 
-def _why_no_vectors(embedder: Embedder | None, identity: object, store: Store) -> str:
+def _why_no_vectors(embedder: Embedder | None, identity: object, store: Store) -> str | None:
     if embedder is None:
-        return "no embedding provider: keyword search only"
+        return None  # keyword-only by configuration: status says so, not every search
     if identity is None or not getattr(identity, "semantic", False):
         return "the index holds no vectors yet: keyword search only"
     if store.vector_store == "none":
@@ -212,7 +265,15 @@ def _hit(row: ChunkRow, options: SearchOptions, **scores: Any) -> Hit:
         row.text if len(row.text) <= options.snippet_chars else row.text[: options.snippet_chars]
     )
     return Hit(
-        row.path, row.start_line, row.end_line, 0.0, snippet, row.source, chunk_id=row.id, **scores
+        row.path,
+        row.start_line,
+        row.end_line,
+        0.0,
+        snippet,
+        row.source,
+        chunk_id=row.id,
+        text=row.text,
+        **scores,
     )
 
 

@@ -159,3 +159,25 @@ def test_a_workspace_is_a_name_first_then_a_path_in_any_form(
             c.search("nope", "Orion")
         with pytest.raises(UnknownWorkspace):
             c.search("./main", "Orion")  # written as a path: the directory, not registered
+
+
+def test_search_shows_the_lines_that_matched(daemon: Daemon, ws: Path) -> None:
+    lines = [
+        f"- {i:02d}: routine standup notes about nothing in particular today" for i in range(40)
+    ]
+    lines[31] = "- 31: the VPN gateway password rotates every ninety days"
+    (ws / "memory" / "2026-03-01.md").write_text("\n".join(lines) + "\n")
+    memctl(daemon, "workspace", "add", str(ws), "--name", "agent")
+    found = memctl(daemon, "search", "gateway password", "-w", "agent", "--wait-ms", "5000")
+    assert found.exit_code == 0, found.output
+    assert "  32 \u203a - 31: the VPN gateway password rotates every ninety days" in found.output
+
+
+def test_status_names_the_shared_provider_once(daemon: Daemon, ws: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    memctl(daemon, "workspace", "add", str(ws), "--name", "agent")
+    memctl(daemon, "workspace", "add", str(other), "--name", "other")
+    shown = memctl(daemon, "status").output
+    assert shown.count("Provider: fake") == 1, shown
+    assert shown.index("Provider: fake") < shown.index("agent (")

@@ -98,7 +98,8 @@ def test_keyword_mode_without_embedder(
     Syncer(index, workspace, config=config.index).sync()
     outcome = search(index, "database rotation", DEFAULTS, embedder=None)
     assert outcome.mode == "keyword" and outcome.provider == "none"
-    assert "no embedding provider" in (outcome.note or "")
+    # Keyword-only by configuration is said once, by status; not by every search.
+    assert outcome.note is None
     assert paths(outcome) == ["MEMORY.md"]
     hit = outcome.results[0]
     assert (hit.start_line, hit.end_line, hit.source) == (1, 1, "memory")
@@ -384,3 +385,39 @@ def test_concurrent_searches_share_a_bounded_reader_pool(
     bounded.close()
     assert found == [6] * 120
     assert 1 <= len(opened) <= 3
+
+
+def test_the_snippet_is_the_window_that_shows_the_query(
+    index: Index, workspace: Path, write: WriteFile, config: Config
+) -> None:
+    """A long daily log's chunk: the snippet is the run of lines holding the query's terms,
+    not the chunk's first 700 characters, and the lines that matched are named."""
+    lines = [
+        f"- {i:02d}: routine standup notes about nothing in particular today" for i in range(40)
+    ]
+    lines[31] = "- 31: the VPN gateway password rotates every ninety days"
+    lines[33] = "- 33: ask Dana where the gateway runbook lives"
+    write("memory/2026-03-01.md", "\n".join(lines) + "\n")
+    Syncer(index, workspace, config=config.index).sync()
+    outcome = search(index, "gateway password", opts(mode="keyword"), embedder=None)
+    hit = outcome.results[0]
+    assert hit.start_line < 32 and len(hit.text) > DEFAULTS.snippet_chars  # a long chunk
+    assert hit.match_lines == [32, 34]  # file lines
+    assert "VPN gateway password" in hit.snippet and "gateway runbook" in hit.snippet
+    assert len(hit.snippet) <= DEFAULTS.snippet_chars
+    first = hit.snippet.split("\n")[0]
+    assert first == lines[hit.snippet_start_line - 1]  # the window starts on a whole line
+    assert hit.snippet_start_line > hit.start_line
+    shown = hit.to_dict()
+    assert shown["snippet_start_line"] == hit.snippet_start_line
+    assert shown["match_lines"] == [32, 34]
+
+
+def test_a_short_chunk_keeps_its_whole_text_and_names_its_matching_lines(
+    index: Index, workspace: Path, write: WriteFile, config: Config
+) -> None:
+    write("MEMORY.md", "# Memory\n\nThe staging cluster is Orion.\nProduction is Vega.\n")
+    Syncer(index, workspace, config=config.index).sync()
+    hit = search(index, "staging cluster", opts(mode="keyword"), embedder=None).results[0]
+    assert hit.snippet == "# Memory\n\nThe staging cluster is Orion.\nProduction is Vega."
+    assert (hit.snippet_start_line, hit.match_lines) == (1, [3])

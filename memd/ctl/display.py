@@ -154,7 +154,9 @@ def progress_bar(p: Mapping[str, Any], width: int = 24) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + "] " + progress_text(p)
 
 
-def _workspace_lines(ws: Mapping[str, Any], now: float, style: Style) -> Iterator[str]:
+def _workspace_lines(
+    ws: Mapping[str, Any], now: float, style: Style, *, provider: bool = True
+) -> Iterator[str]:
     yield style(str(ws.get("workspace", "?")), "cyan") + f" ({ws.get('root', '?')})"
     yield (
         f"  Indexed: {ws.get('files_indexed', '?')}/{ws.get('files_on_disk', '?')} files"
@@ -175,7 +177,8 @@ def _workspace_lines(ws: Mapping[str, Any], now: float, style: Style) -> Iterato
         yield f"  Skipped: {item.get('path')} ({item.get('reason')})"
     if len(skipped) > 10:
         yield f"  Skipped: … and {len(skipped) - 10} more (memctl status --json lists them)"
-    yield from _provider_lines(ws.get("provider") or {})
+    if provider:
+        yield from _provider_lines(ws.get("provider") or {})
     yield _vector_line(ws.get("vector_store") or {})
     identity = ws.get("identity") or {}
     if identity.get("reason"):
@@ -205,9 +208,14 @@ def status_lines(status: Mapping[str, Any], now: float, style: Style = _plain) -
     workspaces = status.get("workspaces") or []
     if not workspaces:
         yield "No workspaces registered; add one with `memctl workspace add PATH`."
+    # One embedder serves every workspace: its lines (skipped providers, the worker) once.
+    providers = [ws.get("provider") or {} for ws in workspaces]
+    shared = len(workspaces) > 1 and all(p == providers[0] for p in providers)
+    if shared:
+        yield from (line[2:] for line in _provider_lines(providers[0]))
     for ws in workspaces:
         yield ""
-        yield from _workspace_lines(ws, now, style)
+        yield from _workspace_lines(ws, now, style, provider=not shared)
 
 
 def search_notes(result: Mapping[str, Any]) -> Iterator[str]:
@@ -223,13 +231,21 @@ def search_notes(result: Mapping[str, Any]) -> Iterator[str]:
 
 
 def search_lines(result: Mapping[str, Any], style: Style = _plain) -> Iterator[str]:
-    """One line per hit, ``0.873  memory/2026-01-02.md#L3-L9``, and up to 2 snippet lines."""
+    """One line per hit, ``0.873  memory/2026-01-02.md#L3-L9``, then the lines that matched
+    the query (up to 3, marked with their line number), or the first 2 when none did."""
     for hit in result.get("results") or []:
         where = f"{hit.get('path')}#L{hit.get('start_line')}-L{hit.get('end_line')}"
         yield f"{float(hit.get('score') or 0):.3f}  {style(where, 'cyan')}"
-        lines = [ln.strip() for ln in str(hit.get("snippet") or "").splitlines() if ln.strip()]
-        for line in lines[:2]:
-            yield f"    {line[:120]}"
+        first = int(hit.get("snippet_start_line") or hit.get("start_line") or 1)
+        numbered = list(enumerate(str(hit.get("snippet") or "").split("\n"), first))
+        matched = set(hit.get("match_lines") or [])
+        shown = [(n, ln) for n, ln in numbered if n in matched][:3]
+        if shown:
+            for n, line in shown:
+                yield f"  {style(f'{n:>4}', 'yellow')} › {line.strip()[:120]}"
+            continue
+        for _, line in [(n, ln) for n, ln in numbered if ln.strip()][:2]:
+            yield f"    {line.strip()[:120]}"
 
 
 def reindex_line(report: Mapping[str, Any]) -> str:
