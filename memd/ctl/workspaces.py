@@ -74,11 +74,12 @@ def workspace_add_cmd(
         click.echo(f"Updated {result.get('name')}: {', '.join(result['updated'])}")
     else:
         click.echo(f"{result.get('name')} is registered with these settings already")
-    _settings(result)
+    _settings(result, path=not result.get("added", True))
 
 
-def _settings(ws: Mapping[str, Any]) -> None:
-    click.echo(f"  path: {ws.get('path')}")
+def _settings(ws: Mapping[str, Any], *, path: bool = True) -> None:
+    if path:
+        click.echo(f"  path: {ws.get('path')}")
     for p in ws.get("extra_paths") or []:
         click.echo(f"  extra: {p}")
     if ws.get("sessions_dir"):
