@@ -50,7 +50,8 @@ def _workspace(root: Path, files: int) -> Path:
 
 def test_reindex_streams_progress_and_status_shows_the_rebuild(tmp_path: Path) -> None:
     ws = _workspace(tmp_path / "big", files=120)
-    with running_daemon(embedder=SlowEmbedder(0.03)) as daemon:
+    embedder = SlowEmbedder(0.03)
+    with running_daemon(embedder=embedder) as daemon:
         with memd_client.connect(daemon.socket_path) as c:
             c.workspace_add(str(ws), name="big")
         seen: list[str] = []
@@ -61,7 +62,7 @@ def test_reindex_streams_progress_and_status_shows_the_rebuild(tmp_path: Path) -
             with memd_client.connect(daemon.socket_path) as c:
                 while not stop.is_set():
                     text = "\n".join(display.status_lines(c.status(), time.time()))
-                    if "Rebuilding: embedding" in text:
+                    if "Rebuilding: embedding" in text and "left" in text:
                         seen.append(text)
                         return
                     time.sleep(0.2)
@@ -77,17 +78,23 @@ def test_reindex_streams_progress_and_status_shows_the_rebuild(tmp_path: Path) -
             stop.set()
             watcher.join()
     assert result.exit_code == 0, result.output
+    # Each text embedded once: the live index's backlog waits while the rebuild embeds the
+    # same texts (120 chunks and 4 lines each: 600 distinct texts; a few may race at the start).
+    assert embedder.documents_embedded <= 620, embedder.documents_embedded
     events = [json.loads(line) for line in result.stdout.splitlines()]
     progress = [e for e in events if e["event"] == "progress"]
     assert events[-1]["event"] == "done" and events[-1]["workspaces"][0]["rebuilt"]
     assert len(progress) >= 10, events
-    assert {e["kind"] for e in progress} == {"rebuild"}
-    embedding = [e for e in progress if e["phase"] == "embed"]
+    # The new workspace's own first pass may show before the rebuild takes over.
+    assert "rebuild" in {e["kind"] for e in progress} <= {"index", "embed", "rebuild"}
+    embedding = [e for e in progress if e["phase"] == "embed" and e["kind"] == "rebuild"]
     assert embedding, progress
     done = [e["chunks_done"] for e in embedding]
     assert done == sorted(done) and done[-1] > done[0], "chunks are counted up"
     last = embedding[-1]
-    assert last["chunks_total"] == 120 and last["files_total"] == 120
+    # 120 files of one chunk each, less any the backlog embedded before the rebuild began
+    # (the rebuild takes those from the embedding cache).
+    assert 100 <= last["chunks_total"] <= 120 and last["files_total"] == last["chunks_total"]
     assert last["chunks_per_s"] > 0 and last["eta_s"] is not None
     # Meanwhile `memctl status` said so, in words.
     assert seen, "status never showed the rebuild"
