@@ -3,8 +3,7 @@
 Watcher batches, periodic reconciles, appends, promotions into MEMORY.md and read-your-writes
 waits all become jobs on one priority queue; between jobs the thread embeds pending files one
 at a time, so a long embedding backlog never holds up a write that someone waits for. A
-rebuild (new model or chunking) runs on a thread of its own, building a new file while the live
-index keeps serving and taking writes.
+rebuild runs on a thread of its own, building a new file while the live index serves.
 """
 
 from __future__ import annotations
@@ -173,8 +172,7 @@ class Indexer:
         return job.future
 
     def reindex(self, ws: Workspace, *, force: bool) -> Future[SyncReport]:
-        # Asked for explicitly (after fixing a provider or freeing disk space): embedding that
-        # waits after a failure tries again now.
+        # Asked for (after fixing a provider or freeing disk): failed embedding retries now.
         ws.syncer.reset_backoff()
         if not force:
             ws.syncer.look_next = True  # every file's content is compared, not its size and mtime
@@ -344,13 +342,10 @@ class Indexer:
 
     @staticmethod
     def _may_embed(ws: Workspace) -> bool:
-        """Whether the live index of ``ws`` has embedding to do now. Not while a rebuild runs:
-        it embeds the same texts into the new index (measured: both at once went at a third of
-        the speed), and the live index's backlog is caught up when the new one is swapped in."""
+        """Whether the live index of ``ws`` has embedding to do now; not while a rebuild embeds
+        the same texts (both at once went at a third of the speed; the swap catches up)."""
         s = ws.syncer
-        return (
-            s.embedder is not None and not s.rebuilding and not s.backing_off() and s.has_pending()
-        )
+        return bool(s.embedder) and not s.rebuilding and not s.backing_off() and s.has_pending()
 
     def _has_embedding_work(self) -> bool:
         return any(self._may_embed(ws) for ws in self.workspaces.all())

@@ -202,6 +202,8 @@ class SearchHit(TypedDict):
     end_line: int
     score: float
     snippet: str
+    snippet_start_line: int
+    match_lines: list[int]
     source: str
     vector_score: float
     text_score: float
