@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from memd.dreams.phases import PhaseSignals
 from memd.dreams.promote import apply_promotions
 from memd.dreams.ranking import Candidate, Thresholds, rank, score_entry
 from memd.dreams.recall_store import RecallStore
@@ -54,13 +55,14 @@ def run_promotion(
     now = (clock or (lambda: datetime.now(UTC)))()
     store = RecallStore(root, timezone=timezone, clock=clock)
     entries = store.load()
+    phases = PhaseSignals(root).load()  # the Light and REM hits: a boost for the Deep phase
     result: dict[str, Any] = {"entries": len(entries), "thresholds": vars(thresholds)}
     if explain is not None:
         entry = entries.get(explain)
         if entry is None:
             result["explain"] = None
         else:
-            c = score_entry(entry, now)
+            c = score_entry(entry, now, phases=phases.get(explain))
             passed = any(
                 x.entry.key == explain
                 for x in rank(
@@ -68,10 +70,13 @@ def run_promotion(
                     replace(thresholds, limit=len(entries) or 1),
                     now,
                     include_promoted=True,
+                    phases=phases,
                 )
             )
             result["explain"] = {**_candidate_dict(c), "passes_thresholds": passed}
-    candidates = rank(entries.values(), thresholds, now, include_promoted=include_promoted)
+    candidates = rank(
+        entries.values(), thresholds, now, include_promoted=include_promoted, phases=phases
+    )
     result["candidates"] = [_candidate_dict(c) for c in candidates]
     result["applied"] = []
     if apply and candidates:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from memd.dreams.phases import PhaseHits, phase_boost
 from memd.dreams.recall_store import RecallEntry, is_promotable, is_short_term
 
 __all__ = [
@@ -24,8 +25,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Already normalised (they sum to 1). OpenClaw adds a phase boost from light/REM dreaming
-# hits; memd runs only the deep phase (pure code, no LLM), so there is no phase boost here.
+# Already normalised (they sum to 1). The phase boost from Light and REM hits
+# (memd/dreams/phases.py) is added on top, unweighted, as OpenClaw adds it.
 WEIGHTS: dict[str, float] = {
     "frequency": 0.24,
     "relevance": 0.30,
@@ -103,8 +104,15 @@ def _age_days(entry: RecallEntry, now: dt.datetime) -> float:
     return max(0.0, (now - last).total_seconds() / _DAY_S)
 
 
-def score_entry(entry: RecallEntry, now: dt.datetime, *, half_life_days: float = 14.0) -> Candidate:
-    """Score one entry without applying any threshold."""
+def score_entry(
+    entry: RecallEntry,
+    now: dt.datetime,
+    *,
+    half_life_days: float = 14.0,
+    phases: PhaseHits | None = None,
+) -> Candidate:
+    """Score one entry without applying any threshold: the six weighted signals, plus the
+    boost of its Light and REM hits (``components["phase_boost"]``, not weighted)."""
     signals = entry.recall_count + entry.daily_count + entry.grounded_count
     diversity = max(len(entry.query_hashes), len(entry.recall_days))
     age = _age_days(entry, now)
@@ -118,7 +126,9 @@ def score_entry(entry: RecallEntry, now: dt.datetime, *, half_life_days: float =
         "conceptual": _clamp(len(entry.concept_tags) / 6),
     }
     score = sum(WEIGHTS[name] * value for name, value in components.items())
-    return Candidate(entry, _clamp(score), components, signals, diversity, age)
+    boost = phase_boost(phases, now)
+    components["phase_boost"] = boost
+    return Candidate(entry, _clamp(score + boost), components, signals, diversity, age)
 
 
 def rank(
@@ -127,8 +137,10 @@ def rank(
     now: dt.datetime,
     *,
     include_promoted: bool = False,
+    phases: Mapping[str, PhaseHits] | None = None,
 ) -> list[Candidate]:
-    """The entries that pass ``thresholds``, best first, at most ``thresholds.limit``."""
+    """The entries that pass ``thresholds``, best first, at most ``thresholds.limit``;
+    ``phases`` are the phase signals by entry key (memd/dreams/phases.py)."""
     out: list[Candidate] = []
     for entry in entries:
         if entry.source != "memory" or not is_short_term(entry.path):
@@ -137,7 +149,12 @@ def rank(
             continue
         if entry.promoted_at is not None and not include_promoted:
             continue
-        c = score_entry(entry, now, half_life_days=thresholds.half_life_days)
+        c = score_entry(
+            entry,
+            now,
+            half_life_days=thresholds.half_life_days,
+            phases=(phases or {}).get(entry.key),
+        )
         if c.signal_count == 0 or c.signal_count < thresholds.min_recall_count:
             continue
         if c.unique_queries < thresholds.min_unique_queries:
