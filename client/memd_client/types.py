@@ -291,6 +291,7 @@ class ScoreComponents(TypedDict):
     recency: float
     consolidation: float
     conceptual: float
+    phase_boost: float  # from Light and REM hits, added unweighted
 
 
 class PromoteCandidate(TypedDict):
