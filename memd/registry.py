@@ -58,6 +58,18 @@ def check_name(name: str) -> str:
     return name
 
 
+def _directory(path: str | Path) -> Path | None:
+    """``path`` resolved, if it names a directory (``~`` expanded; "~someone" for an unknown
+    user, a NUL byte or an unreadable path is no directory)."""
+    try:
+        root = Path(path).expanduser()
+        if "\x00" in str(root) or not root.is_dir():
+            return None
+        return root.resolve()
+    except (RuntimeError, OSError):
+        return None
+
+
 def _slug(root: Path) -> str:
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name).strip("-.") or "workspace"
@@ -99,13 +111,9 @@ class Workspaces:
         ``sessions_dir`` adds the agent's transcripts as a second source; they belong to
         ``agent_id`` (default: the workspace name).
         """
-        try:
-            root = Path(path).expanduser()
-        except RuntimeError:  # "~someone" for an unknown user
-            raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory") from None
-        if "\x00" in str(root) or not root.is_dir():
+        root = _directory(path)
+        if root is None:
             raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory")
-        root = root.resolve()
         if root == Path(root.anchor):
             raise BadRequest(f"{root} cannot be a workspace: choose the agent's own directory")
         name = check_name(name or root.name)
@@ -146,12 +154,8 @@ class Workspaces:
 
     def find_root(self, path: str | Path) -> Workspace | None:
         """The registered workspace at directory ``path`` (resolved), if there is one."""
-        try:
-            root = Path(path).expanduser()
-            if "\x00" in str(root) or not root.is_dir():
-                return None
-            root = root.resolve()
-        except (RuntimeError, OSError):
+        root = _directory(path)
+        if root is None:
             return None
         with self._lock:
             return self._workspaces.get(root)

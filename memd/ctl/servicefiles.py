@@ -341,6 +341,17 @@ def install(
     return _install_launchd(exe, env, dry_run=dry_run, force=force, runner=runner)
 
 
+def _would(action: str, what: str, data: bytes, commands: list[str], notes: list[str]) -> list[str]:
+    """What a dry run says: the file it would write (shown whole), the commands, the notes."""
+    verb = {"new": "write", "same": "keep (unchanged)", "replace": "replace"}[action]
+    return [
+        f"would {verb} {what}:",
+        *(f"    {line}" for line in data.decode().splitlines()),
+        *(f"would run: {c}" for c in commands),
+        *notes,
+    ]
+
+
 _SYSTEMCTL = ["systemctl", "--user"]
 
 
@@ -364,13 +375,7 @@ def _install_systemd(
         commands.append([*_SYSTEMCTL, "restart", SYSTEMD_UNIT_NAME])
     notes = secrets_left_out(os.environ)
     if dry_run:
-        verb = {"new": "write", "same": "keep (unchanged)", "replace": "replace"}[action]
-        return [
-            f"would {verb} {path}:",
-            *(f"    {line}" for line in data.decode().splitlines()),
-            *(f"would run: {' '.join(c)}" for c in commands),
-            *notes,
-        ]
+        return _would(action, str(path), data, [" ".join(c) for c in commands], notes)
     lines: list[str] = list(notes)
     if action == "same":
         lines.append(f"{path} is up to date")
@@ -410,15 +415,12 @@ def _install_launchd(
     service = f"{domain}/{LAUNCHD_LABEL}"
     notes = secrets_left_out(os.environ)
     if dry_run:
-        verb = {"new": "write", "same": "keep (unchanged)", "replace": "replace"}[action]
-        return [
-            f"would {verb} {path} (logs to {log}):",
-            *(f"    {line}" for line in data.decode().splitlines()),
-            f"would run: launchctl bootout {service} (if loaded)",
-            f"would run: launchctl enable {service}",
-            f"would run: launchctl bootstrap {domain} {path}",
-            *notes,
+        commands = [
+            f"launchctl bootout {service} (if loaded)",
+            f"launchctl enable {service}",
+            f"launchctl bootstrap {domain} {path}",
         ]
+        return _would(action, f"{path} (logs to {log})", data, commands, notes)
     lines: list[str] = list(notes)
     if action == "same":
         lines.append(f"{path} is up to date")

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from memd.atomicfile import write_atomic
 from memd.dreams.recall_lock import file_lock
+from memd.dreams.recall_store import LOCK_NAME, iso_time
 
 __all__ = ["MAX_HITS", "PHASE_SIGNALS", "PhaseHits", "PhaseSignals", "phase_boost"]
 
@@ -26,7 +27,6 @@ MAX_HITS = 9999
 LIGHT_WEIGHT = 0.06
 REM_WEIGHT = 0.09
 HALF_LIFE_DAYS = 14.0
-_LOCK_NAME = "short-term-promotion.lock"  # the recall store's: one lock for the dreams folder
 
 Phase = Literal["light", "rem"]
 
@@ -71,10 +71,6 @@ class PhaseHits:
         return cls(
             key, hits("lightHits"), hits("remHits"), stamp("lastLightAt"), stamp("lastRemAt")
         )
-
-
-def _iso(moment: dt.datetime) -> str:
-    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _days_since(stamp: str | None, now: dt.datetime) -> float | None:
@@ -147,10 +143,10 @@ class PhaseSignals:
         """Count one ``phase`` hit for each of ``keys`` at ``when``; entries whose key is not in
         ``known`` (the recall store's keys, when given) are dropped, as OpenClaw drops them.
         Returns how many entries were hit."""
-        stamp = _iso(when)
+        stamp = iso_time(when)
         wanted = list(dict.fromkeys(keys))
         self.dir.mkdir(parents=True, exist_ok=True)
-        with file_lock(self.dir / _LOCK_NAME):
+        with file_lock(self.dir / LOCK_NAME):  # the recall store's: one lock for the folder
             entries = self.load()
             for key in wanted:
                 hits = entries.setdefault(key, PhaseHits(key))

@@ -46,6 +46,7 @@ __all__ = [
     "entry_key",
     "is_promotable",
     "is_short_term",
+    "iso_time",
     "query_hash",
 ]
 
@@ -69,7 +70,7 @@ def entry_key(path: str, start_line: int, end_line: int) -> str:
     return f"memory:{path}:{start_line}:{end_line}"
 
 
-def _iso(moment: dt.datetime) -> str:
+def iso_time(moment: dt.datetime) -> str:
     """A JavaScript-style UTC timestamp: ``2026-04-01T12:00:00.000Z``."""
     return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -368,7 +369,7 @@ class RecallStore:
     def _save(self, lines: Iterable[str], *, current_parses: bool) -> None:
         self._own = None
         with self.locked():
-            text = _store_text(_iso(self._clock()), lines)
+            text = _store_text(iso_time(self._clock()), lines)
             try:
                 current = self.path.read_bytes()
                 if not current_parses:
@@ -424,7 +425,7 @@ class RecallStore:
             entries, lines = own.entries, own.lines
             touched = 0
             for query, results, when in searches:
-                stamp, today, qh = _iso(when), self._day(when), query_hash(query)
+                stamp, today, qh = iso_time(when), self._day(when), query_hash(query)
                 for result in results:
                     key = self._apply(entries, result, qh, today, stamp, signal)
                     if key is not None:
@@ -501,7 +502,7 @@ class RecallStore:
         """Stamp ``promotedAt`` on the given keys, moving relocated ones; return how many changed."""
         with self.locked():
             entries = self.load()
-            stamp = _iso(self._clock())
+            stamp = iso_time(self._clock())
             changed = 0
             for key, update in updates.items():
                 entry = entries.get(key)

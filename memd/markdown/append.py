@@ -11,6 +11,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from memd.atomicfile import append_whole
+from memd.flush import daily_log
 from memd_client.errors import BadRequest, PathRefused
 
 __all__ = ["Appended", "MAX_APPEND_CHARS", "append_daily", "today"]
@@ -53,7 +54,7 @@ def append_daily(
     if "\x00" in body:
         raise BadRequest("text contains a NUL byte")
     day = day or today(timezone)
-    rel = f"memory/{day.isoformat()}.md"
+    rel = daily_log(day)
     folder = root / "memory"
     try:
         st = os.lstat(folder)

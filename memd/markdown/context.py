@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memd.flush import daily_log
 from memd.markdown.read import MAX_LINES, MemoryPath, locate, read_located
 from memd_client.errors import PathRefused
 
@@ -109,10 +110,8 @@ def session_context(
     if longterm:
         wanted.append(("MEMORY.md", "Long-term memory", True))
     yesterday = day - dt.timedelta(days=1)
-    wanted.append((f"memory/{day.isoformat()}.md", f"Today ({day.isoformat()})", False))
-    wanted.append(
-        (f"memory/{yesterday.isoformat()}.md", f"Yesterday ({yesterday.isoformat()})", False)
-    )
+    wanted.append((daily_log(day), f"Today ({day.isoformat()})", False))
+    wanted.append((daily_log(yesterday), f"Yesterday ({yesterday.isoformat()})", False))
     sections: list[Section] = []
     left = max_chars
     for path, title, head in wanted:
