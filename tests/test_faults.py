@@ -35,7 +35,7 @@ import pytest
 import memd_client
 from memd.config import Config, EmbeddingConfig
 from memd.daemon import Daemon
-from memd.dreams import promote
+from memd.dreams import sharedfile
 from memd.embed.base import Embedder
 from memd.embed.fake import FakeEmbedder
 from memd.embed.remote import create_remote
@@ -315,11 +315,11 @@ def test_promotion_on_a_full_disk_leaves_memory_md_whole(tmp_path: Path) -> None
             f.truncate(os.path.getsize(filler) - 4096)
         section = "## Promoted from short-term memory\n\n" + "- a fact worth keeping\n" * 2000
         with pytest.raises(OSError) as refused:
-            promote._append(memory, section)  # the write path of promote(apply=True)
+            sharedfile.append_text(memory, section)  # the write path of promote(apply=True)
         assert refused.value.errno == errno.ENOSPC
         assert memory.read_text() == human
         filler.unlink()
-        promote._append(memory, section)  # with room again, the whole section lands
+        sharedfile.append_text(memory, section)  # with room again, the whole section lands
         assert memory.read_text() == human + "\n" + section
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from memd.dreams import promote
+from memd.dreams import promote, sharedfile
 from memd.dreams.promote import PromotionResult, apply_promotions, rehydrate
 from memd.dreams.ranking import Candidate
 from memd.dreams.recall_store import RecallEntry
@@ -255,7 +255,7 @@ def test_zero_budget_never_trims(workspace: Path) -> None:
 
 def _edit_on_temp_fsync(memory: Path, times: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Append a human line to MEMORY.md whenever promotion fsyncs its temp file."""
-    real = promote.fsync
+    real = sharedfile.fsync
     added: list[str] = []
 
     def fsync(fd: int) -> None:
@@ -265,7 +265,7 @@ def _edit_on_temp_fsync(memory: Path, times: int, monkeypatch: pytest.MonkeyPatc
             with open(memory, "a") as f:
                 f.write(added[-1] + "\n")
 
-    monkeypatch.setattr(promote, "fsync", fsync)
+    monkeypatch.setattr(sharedfile, "fsync", fsync)
     return added
 
 

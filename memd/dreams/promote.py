@@ -1,31 +1,20 @@
 """Promotion into MEMORY.md: re-read each candidate's lines from its daily note and add them as one
-dated, marker-tagged section, without ever losing a line a human wrote.
-
-Over 400 lines: one write protocol from start to end (snapshot, re-read, append or swap,
-settle), whose steps only make sense together.
+dated, marker-tagged section, without ever losing a line a human wrote (memd/dreams/sharedfile.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import errno
-import functools
 import logging
 import os
 import re
-import stat
-import sys
-import tempfile
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path, PurePosixPath
 
-from memd.atomicfile import append_whole, fsync, fsync_dir
 from memd.dreams.ranking import Candidate
 from memd.dreams.recall_store import RecallEntry, is_promotable
+from memd.dreams.sharedfile import append_text, snapshot, snapshot_bytes, swap_in
 from memd_client.errors import PathRefused
 
 __all__ = ["Applied", "PromotionResult", "apply_promotions", "rehydrate"]
@@ -36,10 +25,9 @@ MEMORY_FILE = "MEMORY.md"
 FILE_HEADER = "# Long-Term Memory"
 SECTION_TITLE = "Promoted From Short-Term Memory"
 CAS_ATTEMPTS = 5
-# After the swap, how long a writer that opened the old MEMORY.md may still write to it.
-SALVAGE_GRACE_S = 0.02
 
 _WS = re.compile(r"\s+")
+_BULLET = re.compile(r"^(?:[-*+]|\d+[.)])\s+")
 _MARKER = re.compile(r"<!--\s*(?:memd|openclaw-memory)-promotion:(.+?)\s*-->")
 _SECTION = re.compile(r"## Promoted From Short-Term Memory \((\d{4}-\d{2}-\d{2})\)")
 _TOP_HEADING = re.compile(r"#{1,2}\s")  # a "# " or "## " line ends a promoted section
@@ -69,7 +57,8 @@ class PromotionResult:
 
 
 def _collapse(text: str) -> str:
-    return _WS.sub(" ", text).strip()
+    """One line; a leading list marker goes (the section writes its own)."""
+    return _BULLET.sub("", _WS.sub(" ", text).strip())
 
 
 def _source_rel(root: Path, path: str) -> str | None:
@@ -211,159 +200,6 @@ def _residue(body: list[str], nl: str) -> list[str]:
     return keep + [nl] if keep else []
 
 
-@dataclass
-class _Snapshot:
-    data: bytes
-    fd: int | None  # open on the file read, so bytes appended to it later can be salvaged
-    st: os.stat_result | None
-
-    @property
-    def text(self) -> str:
-        return self.data.decode("utf-8", "surrogateescape")
-
-
-def _open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
-    try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise PathRefused(f"{path} is a symlink; memd does not write through it") from exc
-        raise
-
-
-def _read_from(fd: int, offset: int) -> bytes:
-    chunks = []
-    while chunk := os.pread(fd, 1 << 16, offset):
-        chunks.append(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
-
-
-def _snapshot(path: Path) -> _Snapshot:
-    try:
-        fd = _open_nofollow(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return _Snapshot(b"", None, None)
-    return _Snapshot(_read_from(fd, 0), fd, os.fstat(fd))
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        if n < len(view):
-            logger.warning(
-                "short write to MEMORY.md (%d of %d bytes); writing the rest", n, len(view)
-            )
-        view = view[n:]
-
-
-def _append(path: Path, body: str, *, header: str = "", nl: str = "\n") -> None:
-    """Append ``body`` with one write on an O_APPEND fd: appends cannot clobber a concurrent editor."""
-    fd = _open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
-    try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            data = header + body
-        else:  # decided at write time, so a line the human just added without "\n" stays whole
-            data = body if os.pread(fd, 1, size - 1) == b"\n" else nl + body
-        append_whole(fd, data.encode("utf-8", "surrogateescape"), size)  # all or nothing
-    finally:
-        os.close(fd)
-    if size == 0:
-        fsync_dir(path.parent)
-
-
-@functools.cache
-def _exchange_fn() -> Callable[[str, str], bool] | None:
-    """An atomic swap of two paths (Linux renameat2 RENAME_EXCHANGE, macOS renamex_np RENAME_SWAP)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    if sys.platform.startswith("linux") and hasattr(libc, "renameat2"):
-        fn = libc.renameat2
-        fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-
-        def call(a: bytes, b: bytes) -> int:
-            return int(fn(-100, a, -100, b, 2))  # AT_FDCWD, RENAME_EXCHANGE
-
-    elif sys.platform == "darwin" and hasattr(libc, "renamex_np"):
-        fn = libc.renamex_np
-        fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint]
-
-        def call(a: bytes, b: bytes) -> int:
-            return int(fn(a, b, 2))  # RENAME_SWAP
-
-    else:
-        return None
-
-    def exchange(a: str, b: str) -> bool:
-        if call(os.fsencode(a), os.fsencode(b)) == 0:
-            return True
-        err = ctypes.get_errno()
-        if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
-            return False  # this filesystem cannot swap; the caller falls back to os.replace
-        raise OSError(err, os.strerror(err), a)
-
-    return exchange
-
-
-def _swap_in(path: Path, base: _Snapshot, new_text: str) -> bool:
-    """Replace MEMORY.md with ``new_text`` only if it still is ``base``; False = it changed."""
-    data = new_text.encode("utf-8", "surrogateescape")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        try:
-            if base.st is not None:
-                os.fchmod(fd, stat.S_IMODE(base.st.st_mode))
-            _write_all(fd, data)
-            fsync(fd)
-        finally:
-            os.close(fd)
-        if _snapshot_bytes(path) != base.data:
-            return False
-        exchange = _exchange_fn()
-        if exchange is None or base.fd is None or base.st is None or not exchange(tmp, str(path)):
-            os.replace(tmp, path)  # no atomic swap here: the re-read above is the whole check
-        elif not _settle(path, tmp, base, len(data), exchange):
-            return False
-        fsync_dir(path.parent)
-        return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _settle(
-    path: Path, tmp: str, base: _Snapshot, written: int, exchange: Callable[[str, str], bool]
-) -> bool:
-    """After a swap, ``tmp`` holds the displaced file: undo unless it is ``base`` plus appends."""
-    assert base.fd is not None and base.st is not None
-    displaced = os.stat(tmp, follow_symlinks=False)
-    if (displaced.st_dev, displaced.st_ino) == (base.st.st_dev, base.st.st_ino):
-        time.sleep(SALVAGE_GRACE_S)  # let a writer that opened the old file finish its write
-        now = _read_from(base.fd, 0)
-        if now.startswith(base.data):
-            tail = now[len(base.data) :]
-            if tail:  # appended to the old file after our check: carry it over
-                _append(path, tail.decode("utf-8", "surrogateescape"))
-            return True
-    # Someone renamed a new MEMORY.md in, or rewrote it in place: give theirs back.
-    exchange(tmp, str(path))
-    late = _snapshot_bytes(Path(tmp))[written:]
-    if late:  # appended to our file while it was in place
-        _append(path, late.decode("utf-8", "surrogateescape"))
-    return False
-
-
-def _snapshot_bytes(path: Path) -> bytes:
-    snap = _snapshot(path)
-    if snap.fd is not None:
-        os.close(snap.fd)
-    return snap.data
-
-
 def apply_promotions(
     root: Path, candidates: Sequence[Candidate], *, day: date, max_chars: int = 10_000
 ) -> PromotionResult:
@@ -372,7 +208,7 @@ def apply_promotions(
     if path.is_symlink():
         raise PathRefused(f"{path} is a symlink; memd does not write through it")
     result = PromotionResult(memory_path=str(path))
-    present = set(_MARKER.findall(_snapshot_bytes(path).decode("utf-8", "surrogateescape")))
+    present = set(_MARKER.findall(snapshot_bytes(path).decode("utf-8", "surrogateescape")))
     ready: list[tuple[Candidate, Applied]] = []
     seen: set[str] = set()
     for cand in candidates:
@@ -404,7 +240,7 @@ def _write(
     for attempt in range(CAS_ATTEMPTS + 1):
         if attempt == CAS_ATTEMPTS:
             logger.warning("%s kept changing; appending without trimming to its budget", path)
-        base = _snapshot(path)
+        base = snapshot(path)
         try:
             text = base.text
             present = set(_MARKER.findall(text))
@@ -416,14 +252,14 @@ def _write(
             if todo and text and budget > 0 and len(text + sep + section) > budget:
                 trimmed, dropped = _drop_oldest(text, budget - len(section))
                 if dropped:
-                    if not _swap_in(path, base, (trimmed or FILE_HEADER + nl) + section):
+                    if not swap_in(path, base, (trimmed or FILE_HEADER + nl) + section):
                         logger.debug("%s changed while promoting; starting over", path)
                         continue
                     result.dropped_sections = dropped
                     _record(result, ready, todo)
                     return
             if todo:
-                _append(path, section, header=FILE_HEADER + nl, nl=nl)
+                append_text(path, section, header=FILE_HEADER + nl, nl=nl)
             _record(result, ready, todo)
             return
         finally:
