@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from memd.embed.base import Vectors
+from memd.embed.base import Embedder, Vectors
 from memd.index.db import atomic, connect, translate_errors
 
-__all__ = ["EmbeddingCache"]
+__all__ = ["EmbeddingCache", "cached_vectors"]
 
 
 class EmbeddingCache:
@@ -108,3 +109,25 @@ class EmbeddingCache:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+def cached_vectors(
+    embedder: Embedder, cache: EmbeddingCache | None
+) -> Callable[[Sequence[str]], list[Vectors | None]]:
+    """Vectors of texts as the index has them: from the cache by the text's hash (an indexed
+    line or chunk costs no model call), the rest embedded as documents and cached."""
+
+    def vectors(texts: Sequence[str]) -> list[Vectors | None]:
+        hashes = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).hexdigest() for t in texts]
+        found = cache.get_many(embedder.settings_key, hashes, embedder.dims) if cache else {}
+        todo = list({h: t for h, t in zip(hashes, texts, strict=True) if h not in found}.items())
+        for start in range(0, len(todo), embedder.batch_size):
+            batch = todo[start : start + embedder.batch_size]
+            fresh = embedder.embed_batch([t for _, t in batch], kind="document")
+            made = {h: fresh[i] for i, (h, _) in enumerate(batch)}
+            if cache is not None:
+                cache.put_many(embedder.settings_key, embedder.provider, embedder.model, made)
+            found.update(made)
+        return [found.get(h) for h in hashes]
+
+    return vectors

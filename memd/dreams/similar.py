@@ -1,0 +1,244 @@
+"""When two short-term memories say the same thing: by their words (Jaccard similarity of their
+tokens, as OpenClaw measures it) and, where an embedder is configured, by their meaning (cosine
+of their vectors), so that "Ana prefers morning meetings" and "Ana likes her meetings in the
+morning" are one claim. And the merging of such entries into groups (OpenClaw's dedupe).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memd.dreams.recall_store import RecallEntry
+from memd.markdown.discover import daily_date
+from memd.text import mmr_tokens
+
+__all__ = [
+    "MEANING_THRESHOLDS",
+    "Group",
+    "Meaning",
+    "VectorSource",
+    "dedupe",
+    "facts_agree",
+    "meaning_threshold",
+    "text_similarity",
+]
+
+logger = logging.getLogger(__name__)
+
+# Cosine at or above which two snippets that agree on their facts (facts_agree) are one
+# claim, by embedding model. Measured with bench/dedupe_study.py on bench/dedupe_pairs.json
+# (docs/benchmarks.md): for all-MiniLM-L6-v2, 0.94 merges 9 of 31 paraphrases and no pair that
+# words alone would not; any lower threshold merges "Sam's daughter is named Mia" with "Sam's
+# sister ...". multilingual-e5-small puts paraphrases and different facts alike between 0.93
+# and 0.998: no threshold separates them, so it (and any model not measured) merges by words.
+MEANING_THRESHOLDS = {"all-minilm-l6-v2": 0.94}
+
+
+def meaning_threshold(model: str) -> float | None:
+    """The measured cosine threshold of an embedding model, or None (merge by words only)."""
+    name = model.lower()
+    return next((t for key, t in MEANING_THRESHOLDS.items() if key in name), None)
+
+
+# Texts -> their vectors (L2-normalised), or None for a text that has none.
+VectorSource = Callable[[Sequence[str]], Sequence[np.ndarray | None]]
+
+
+_NUMBER = re.compile(r"\d+(?:[.:,/]\d+)*")
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|without|none|nobody|nothing|neither|nor|cannot)\b|n't\b", re.IGNORECASE
+)
+_TIME = re.compile(
+    r"\b(?:(mon|tue|wed|thu|fri|sat|sun)[a-z]*day|(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|"
+    r"nov|dec)[a-z]*|(today|tomorrow|yesterday|tonight|morning|afternoon|evening|night))s?\b",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"[^\W\d_][\w'’-]*")
+_POSSESSIVE = re.compile(r"['’]s?$")
+_NOT_NAMES = frozenset(
+    "a an the in on at for to of we i he she they it its this that these those our my his her "
+    "their your also then so but and or if when note".split()
+)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def _facts(text: str) -> tuple[frozenset[str], bool, frozenset[str], frozenset[str]]:
+    """What a paraphrase must keep: numbers, polarity, names (capitalised words), days."""
+    times = frozenset(
+        (m[1] or m[2] or m[3]).lower()[:3] if not m[3] else m[3].lower()
+        for m in _TIME.finditer(text)
+    )
+    names = frozenset(
+        name
+        for w in _WORD.findall(text)
+        if w[0].isupper()
+        and (name := _POSSESSIVE.sub("", w).lower()) not in _NOT_NAMES
+        and not _TIME.fullmatch(name)
+    )
+    return frozenset(_NUMBER.findall(text)), bool(_NEGATION.search(text)), names, times
+
+
+def facts_agree(a: str, b: str) -> bool:
+    """Whether two texts a model finds alike may be merged: the same numbers, names, days and
+    polarity. Embeddings barely move for "Friday" against "Thursday", "9:30" against "10:30"
+    or "with" against "without" (bench/dedupe_study.py), so meaning alone never merges those.
+    Text with CJK characters never merges by meaning: which characters carry the fact cannot
+    be told without a segmenter."""
+    if _CJK.search(a) or _CJK.search(b):
+        return False
+    na, pa, names_a, ta = _facts(a)
+    nb, pb, names_b, tb = _facts(b)
+    # A name may be left out ("Note to self: Ana ..."), never swapped for another.
+    return (na, pa, ta) == (nb, pb, tb) and (names_a <= names_b or names_b <= names_a)
+
+
+def text_similarity(a: str, b: str) -> float:
+    """Jaccard similarity of the two texts' tokens (words; CJK characters and their bigrams).
+    Two texts without tokens are alike only when equal, as in OpenClaw."""
+    ta, tb = mmr_tokens(a), mmr_tokens(b)
+    if not ta and not tb:
+        return 1.0 if a.strip().lower() == b.strip().lower() else 0.0
+    if not ta or not tb:
+        return 0.0
+    return len(ta & tb) / len(ta | tb)
+
+
+class Meaning:
+    """The vectors of a set of entries' texts, fetched once; ``cosine`` of two entries."""
+
+    def __init__(
+        self, source: VectorSource | None, threshold: float, texts: Mapping[str, str] | None = None
+    ) -> None:
+        self.source = source
+        self.threshold = threshold
+        # Each entry's lines as in its note (what the index embedded, so usually cached), by key.
+        self.texts = dict(texts or {})
+        self._vectors: dict[str, np.ndarray | None] = {}
+        self.failed: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.source is not None and self.failed is None
+
+    def load(self, texts: Iterable[str]) -> None:
+        """Fetch the vectors of ``texts`` not fetched yet; a failing source turns meaning off
+        (words still decide) and says why in ``failed``."""
+        if not self.active:
+            return
+        assert self.source is not None
+        todo = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if not todo:
+            return
+        try:
+            vectors = self.source(todo)
+        except Exception as exc:  # a provider outage costs the paraphrase merge, not the run
+            self.failed = str(exc) or type(exc).__name__
+            logger.warning("dreaming compares words only: no vectors: %s", self.failed)
+            return
+        self._vectors.update(zip(todo, vectors, strict=True))
+
+    def cosine(self, a: str, b: str) -> float | None:
+        va, vb = self._vectors.get(a), self._vectors.get(b)
+        if va is None or vb is None or va.shape != vb.shape:
+            return None
+        return float(np.dot(va, vb))
+
+    def same(self, a: str, b: str) -> bool:
+        """Alike by meaning (cosine at least the threshold) and agreeing on the facts."""
+        c = self.cosine(a, b)
+        return c is not None and c >= self.threshold and facts_agree(a, b)
+
+
+@dataclass
+class Group:
+    """Entries that say one thing. ``entry`` stands for them (the first one met, with their
+    counts merged as OpenClaw merges them); ``members`` are all of them, ``entry``'s first."""
+
+    entry: RecallEntry
+    members: list[RecallEntry] = field(default_factory=list)
+    by_meaning: int = 0  # members merged by meaning whose words alone would not have merged
+
+    @property
+    def keys(self) -> list[str]:
+        return [m.key for m in self.members]
+
+    @property
+    def days(self) -> list[str]:
+        """The distinct days of the notes the members came from, oldest first."""
+        return sorted({note_day(m) for m in self.members} - {""})
+
+    @property
+    def average(self) -> float:
+        """The best average score among the members (a member's ``totalScore`` over its own
+        signals; OpenClaw divides the largest total by the first member's signals, which can
+        pass 1 and is then clamped)."""
+        return max(average_score(m) for m in self.members)
+
+    def evidence(self, limit: int = 3) -> list[str]:
+        return [f"{m.path}:{m.start_line}-{m.end_line}" for m in self.members[:limit]]
+
+
+def average_score(entry: RecallEntry) -> float:
+    signals = entry.recall_count + entry.daily_count + entry.grounded_count
+    return min(1.0, max(0.0, entry.total_score / signals)) if signals > 0 else 0.0
+
+
+def note_day(entry: RecallEntry) -> str:
+    """The day of the daily note an entry comes from (its first recall day if the name has none)."""
+    day = daily_date(entry.path)
+    if day is not None:
+        return day.isoformat()
+    return entry.recall_days[0] if entry.recall_days else ""
+
+
+def _merge(into: RecallEntry, other: RecallEntry) -> RecallEntry:
+    return dataclasses.replace(
+        into,
+        recall_count=max(into.recall_count, other.recall_count),
+        total_score=max(into.total_score, other.total_score),
+        max_score=max(into.max_score, other.max_score),
+        query_hashes=list(dict.fromkeys([*into.query_hashes, *other.query_hashes])),
+        recall_days=sorted({*into.recall_days, *other.recall_days}),
+        concept_tags=list(dict.fromkeys([*into.concept_tags, *other.concept_tags])),
+        last_recalled_at=max(into.last_recalled_at, other.last_recalled_at),
+    )
+
+
+def dedupe(
+    entries: Sequence[RecallEntry],
+    threshold: float,
+    *,
+    meaning: Meaning | None = None,
+) -> list[Group]:
+    """Merge, in order, each entry into the first group whose first entry it matches: words
+    at least ``threshold`` alike, or (with ``meaning``) a cosine at least its threshold.
+    Unlike OpenClaw, entries of different notes merge too: the same claim written on three
+    days is one claim written three times."""
+    texts = {e.key: (meaning.texts if meaning else {}).get(e.key) or e.snippet for e in entries}
+    if meaning is not None:
+        meaning.load(texts.values())
+    groups: list[Group] = []
+    for entry in entries:
+        home: Group | None = None
+        by_meaning = False
+        for group in groups:
+            first = group.members[0]
+            if text_similarity(first.snippet, entry.snippet) >= threshold:
+                home = group
+                break
+            if meaning is not None and meaning.same(texts[first.key], texts[entry.key]):
+                home, by_meaning = group, True
+                break
+        if home is None:
+            groups.append(Group(entry, [entry]))
+            continue
+        home.entry = _merge(home.entry, entry)
+        home.members.append(entry)
+        home.by_meaning += by_meaning
+    return groups
