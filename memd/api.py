@@ -17,7 +17,8 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -28,13 +29,17 @@ import apsw
 import psutil
 
 from memd import __version__
+from memd.dreams.diary import DIARY_FILE
+from memd.dreams.dream import PHASES, DreamOptions, last_runs, run_dream
 from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import MANUAL
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
+from memd.dreams.similar import meaning_threshold
 from memd.flush import SILENT_REPLY, check_flush_target, daily_log, flush_plan, is_silent
 from memd.freshness import freshness
+from memd.index.cache import cached_vectors
 from memd.indexer import URGENT, Indexer
 from memd.markdown.context import DEFAULT_CONTEXT_CHARS, session_context
 from memd.markdown.read import MemoryPath
@@ -165,6 +170,7 @@ class Api:
             nxt = self.schedule.next_run() if self.schedule else None
             st["dreaming"] = {
                 "recall_store": recalls,
+                "last_runs": last_runs(ws.root),
                 "enabled": self.service.config.dreaming.enabled,
                 "next_run": nxt.isoformat() if nxt else None,
             }
@@ -497,6 +503,60 @@ class Api:
         result["workspace"] = ws.name
         return result
 
+    def dream(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
+        """Run dreaming's phases (all three unless ``phase`` names one); ``apply`` writes the
+        recall store, MEMORY.md and DREAMS.md, and replies once they are searchable."""
+        only(params, "workspace", "phase", "apply")
+        ws = self._ws(params)
+        phase = str_param(params, "phase", required=False) or "all"
+        if phase not in ("all", *PHASES):
+            raise BadRequest(f"phase must be light, rem, deep or all, not {phase!r}")
+        phases = PHASES if phase == "all" else (phase,)
+        if self.recorder is not None:
+            self.recorder.wait_idle()
+        with _workspace_write("dream"):
+            if bool_param(params, "apply"):
+                future = self.start_dream(ws, phases)
+                try:
+                    result = future.result(timeout=PROMOTE_WAIT_SECONDS)
+                except FutureTimeout:
+                    raise Timeout(
+                        f"dream: the writer did not finish within {PROMOTE_WAIT_SECONDS:g} s; "
+                        "the run goes on and DREAMS.md will show it"
+                    ) from None
+            else:  # a preview computes the run on copies and writes nothing
+                result = self._dream(ws, phases, apply=False)
+        result["workspace"] = ws.name
+        return result
+
+    def start_dream(self, ws: Workspace, phases: Sequence[str] = PHASES) -> Future[dict[str, Any]]:
+        """Queue a dreaming run that writes (the schedule's, or ``dream`` with ``apply``)."""
+        return self.indexer.dream(ws, functools.partial(self._dream, ws, phases, apply=True))
+
+    def _dream(self, ws: Workspace, phases: Sequence[str], *, apply: bool) -> dict[str, Any]:
+        config = self.service.config
+        embedder = self.service.embedder
+        threshold = meaning_threshold(embedder.model) if embedder is not None else None
+        options = DreamOptions(
+            phases=phases,
+            apply=apply,
+            memory_max_chars=config.dreaming.memory_max_chars,
+            diary_max_chars=config.dreaming.diary_max_chars,
+            timezone=config.timezone,
+        )
+        result = run_dream(
+            ws.root,
+            options,
+            vectors=cached_vectors(embedder, self.service.cache)
+            if embedder and threshold
+            else None,
+            meaning_threshold=threshold,
+            clock=self.clock,
+        )
+        if apply:
+            result["written"] = [DIARY_FILE, *(["MEMORY.md"] if _promoted(result) else [])]
+        return result
+
     def reindex(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
         only(params, "workspace", "force", "wait")
         targets = self._targets(params)
@@ -609,6 +669,11 @@ def _ws_entry(ws: Workspace) -> dict[str, Any]:
     return entry
 
 
+def _promoted(result: Mapping[str, Any]) -> bool:
+    deep = result.get("deep")
+    return bool(deep and deep.get("applied"))
+
+
 @contextlib.contextmanager
 def _workspace_write(what: str) -> Iterator[None]:
     """A write into the workspace the OS refuses (read-only, disk full) is a typed error."""
@@ -631,6 +696,7 @@ METHODS = (
     "workspace_remove",
     "workspace_list",
     "promote",
+    "dream",
     "context",
     "flush_plan",
 )

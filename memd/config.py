@@ -187,6 +187,9 @@ class DreamingConfig:
     schedule: str = "0 3 * * *"
     # Keep MEMORY.md under this many characters by dropping the oldest promoted sections.
     memory_max_chars: int = 10_000
+    # Keep DREAMS.md (the dream diary) under this many characters by dropping its oldest
+    # entries that nobody edited.
+    diary_max_chars: int = 20_000
 
     def validate(self) -> None:
         from croniter import croniter
@@ -197,6 +200,11 @@ class DreamingConfig:
         _check(
             0 <= self.memory_max_chars <= 100_000_000,
             "dreaming.memory_max_chars",
+            "must be from 0 to 100000000",
+        )
+        _check(
+            0 <= self.diary_max_chars <= 100_000_000,
+            "dreaming.diary_max_chars",
             "must be from 0 to 100000000",
         )
 

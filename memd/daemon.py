@@ -33,7 +33,6 @@ from typing import Any
 
 from memd.api import Api
 from memd.config import Config
-from memd.dreams.ranking import SCHEDULED
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.embed.select import Choice
@@ -62,12 +61,19 @@ HEALTH_EVERY_S = 5.0
 RELEASE_AFTER_S = 10.0
 
 
-def _log_promotion(future: Future[dict[str, Any]], *, name: str) -> None:
+def _log_dream(future: Future[dict[str, Any]], *, name: str) -> None:
     exc = future.exception()
     if exc is not None:
-        logger.warning("scheduled promotion in %s failed: %s", name, exc)
-    else:
-        logger.info("scheduled promotion in %s: %d promoted", name, len(future.result()["applied"]))
+        logger.warning("scheduled dreaming in %s failed: %s", name, exc)
+        return
+    r = future.result()
+    logger.info(
+        "dreaming in %s: %d staged, %d candidate truths, %d promoted",
+        name,
+        len(r["light"]["staged"]),
+        len(r["rem"]["truths"]) + len(r["rem"]["lasting"]),
+        len(r["deep"]["applied"]),
+    )
 
 
 def release_memory() -> None:
@@ -210,7 +216,7 @@ class Daemon:
                 self._check_sessions(parts)
             if parts.schedule is not None and now >= next_dream_check:
                 next_dream_check = now + 30
-                self._maybe_promote(parts)
+                self._maybe_dream(parts)
             if watchdog_usec and now >= next_ping:
                 next_ping = now + watchdog_usec / 2e6
                 sd_notify("WATCHDOG=1")
@@ -313,16 +319,17 @@ class Daemon:
             except Exception as exc:
                 logger.warning("checking transcripts of %s failed: %s", ws.name, exc)
 
-    def _maybe_promote(self, parts: Parts) -> None:
-        """The scheduled promotion: once per due slot (a missed slot runs once, at start).
+    def _maybe_dream(self, parts: Parts) -> None:
+        """The scheduled dreaming (Light, REM, Deep): once per due slot (a missed slot runs
+        once, at start).
         Each workspace's is a job of the writer; this loop does not wait for them."""
         if parts.schedule is None or not parts.schedule.due():
             return
         parts.schedule.mark_ran()
         parts.recorder.wait_idle()
         for ws in parts.registry.all():
-            future = parts.indexer.promote(ws, SCHEDULED)
-            future.add_done_callback(functools.partial(_log_promotion, name=ws.name))
+            future = parts.api.start_dream(ws)
+            future.add_done_callback(functools.partial(_log_dream, name=ws.name))
 
     def _open_missing(self, parts: Parts) -> None:
         """A registered workspace whose directory appeared (a drive mounted) is picked up."""

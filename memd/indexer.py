@@ -4,6 +4,8 @@ Watcher batches, periodic reconciles, appends, promotions into MEMORY.md and rea
 waits all become jobs on one priority queue; between jobs the thread embeds pending files one
 at a time, so a long embedding backlog never holds up a write that someone waits for. A
 rebuild runs on a thread of its own, building a new file while the live index serves.
+
+Over 400 lines: every kind of write the one writer thread takes, with its queueing.
 """
 
 from __future__ import annotations
@@ -171,6 +173,14 @@ class Indexer:
         self._queue.put(job)
         return job.future
 
+    def dream(self, ws: Workspace, work: Callable[[], dict[str, Any]]) -> Future[dict[str, Any]]:
+        """Run ``work`` (a dreaming run that writes) on the writer; the files it names in its
+        result's ``written`` are searchable when the future resolves."""
+        job = _Job(URGENT, next(self._seq), "dream", ws.root, Future(), payload=work)
+        self._check_running()
+        self._queue.put(job)
+        return job.future
+
     def reindex(self, ws: Workspace, *, force: bool) -> Future[SyncReport]:
         # Asked for (after fixing a provider or freeing disk): failed embedding retries now.
         ws.syncer.reset_backoff()
@@ -238,6 +248,13 @@ class Indexer:
                 self._append_batch(ws, job)
             elif job.kind == "promote":
                 job.future.set_result(self._promote(ws, *job.payload))
+            elif job.kind == "dream":
+                result = job.payload()
+                for name in result.get("written", ()):
+                    self._mark_dirty(ws.root, name)
+                if result.get("written"):
+                    self._sync(ws, None)
+                job.future.set_result(result)
         except Exception as exc:  # handed to whoever waits; the writer goes on
             logger.warning("%s of %s failed: %s", job.kind, ws.name, exc)
             job.future.set_exception(exc)

@@ -105,5 +105,6 @@ def allowed_sources(caller: Caller, rules: Sequence[ScopeRule]) -> set[str]:
 
 
 def is_longterm(path: str) -> bool:
-    """MEMORY.md and its legacy spelling (any case): the curated long-term memory."""
-    return path.lower() == "memory.md"
+    """MEMORY.md and its legacy spelling (any case): the curated long-term memory; and DREAMS.md,
+    the dream diary, which quotes what was promoted into it."""
+    return path.lower() in ("memory.md", "dreams.md")

@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import memd_client
@@ -130,7 +131,7 @@ def test_a_missed_scheduled_run_happens_once_at_the_next_start(tmp_path: Path) -
         text = _read(ws / "MEMORY.md")
         assert text.count("## Promoted From Short-Term Memory (2026-04-09)") == 1
         assert daemon.parts is not None
-        daemon._maybe_promote(daemon.parts)  # not due again until the next 03:00
+        daemon._maybe_dream(daemon.parts)  # not due again until the next 03:00
         assert _read(ws / "MEMORY.md") == text
         with memd_client.connect(daemon.socket_path) as c:
             nxt = c.status("agent")["workspaces"][0]["dreaming"]["next_run"]
@@ -139,3 +140,45 @@ def test_a_missed_scheduled_run_happens_once_at_the_next_start(tmp_path: Path) -
 
 def _read(path: Path) -> str:
     return path.read_text() if path.exists() else ""
+
+
+def test_memctl_dream_previews_then_writes_and_status_shows_each_phase(tmp_path: Path) -> None:
+    """Over the socket: a preview writes nothing; --apply promotes a lasting fact nobody searched
+    for, writes the diary, and both are searchable when the reply comes; status shows the runs."""
+    ws = tmp_path / "agent"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "memory" / "2026-04-01.md").write_text(
+        "# 2026-04-01\n\n- Ben is allergic to peanuts.\n- Lunch was pizza.\n"
+    )
+    clock = Clock(datetime(2026, 4, 2, 3, tzinfo=UTC))
+    with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=clock) as d:
+        with memd_client.connect(d.socket_path) as c:
+            c.workspace_add(str(ws), name="agent")
+            c.reindex("agent")
+
+        def memctl_run(*args: str) -> str:
+            run = CliRunner().invoke(memctl, ["--socket", str(d.socket_path), *args])
+            assert run.exit_code == 0, run.output
+            return run.output
+
+        preview = memctl_run("dream", "-w", "agent")
+        assert preview.startswith("Preview: nothing written")
+        assert "- Ben is allergic to peanuts. [lasting: an allergy" in preview
+        assert not (ws / "DREAMS.md").exists() and not (ws / "memory" / ".dreams").exists()
+
+        applied = json.loads(memctl_run("dream", "-w", "agent", "--apply", "--json"))
+        assert [a["path"] for a in applied["deep"]["applied"]] == ["memory/2026-04-01.md"]
+        assert applied["written"] == ["DREAMS.md", "MEMORY.md"]
+        assert "- Ben is allergic to peanuts. [" in (ws / "MEMORY.md").read_text()
+        with memd_client.connect(d.socket_path) as c:
+            paths = {h["path"] for h in c.search("agent", "peanuts", mode="keyword")["results"]}
+            assert {"MEMORY.md", "DREAMS.md", "memory/2026-04-01.md"} <= paths
+            runs = c.status("agent")["workspaces"][0]["dreaming"]["last_runs"]
+            assert set(runs) == {"light", "rem", "deep"} and runs["deep"]["promoted"] == 1
+            with pytest.raises(memd_client.BadRequest, match="phase must be"):
+                c.dream("agent", phase="nap")
+        status = memctl_run("status", "-w", "agent")
+        assert "Dreaming deep: 2026-04-02T03:00:00.000Z · 1 promoted" in status
+        assert "Dreaming rem: " in status and "1 lasting" in status
+        light = json.loads(memctl_run("dream", "-w", "agent", "--phase", "light", "--json"))
+        assert set(light) >= {"light"} and "rem" not in light and "deep" not in light

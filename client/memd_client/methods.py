@@ -21,6 +21,7 @@ from memd_client.protocol import PROTOCOL_VERSION
 from memd_client.types import (
     AppendResult,
     ContextResult,
+    DreamResult,
     FlushPlan,
     GetResult,
     HelloResult,
@@ -350,6 +351,15 @@ class Methods(ABC):
             "min_unique_queries": min_unique_queries,
         }
         return Call("promote", params, self.timeout)
+
+    @_Method
+    def dream(
+        self, workspace: WorkspaceRef, *, phase: str = "all", apply: bool = False
+    ) -> Call[DreamResult]:
+        """Run dreaming (``phase``: light, rem, deep or all); without ``apply`` a preview that
+        writes nothing."""
+        params = {"workspace": _workspace(workspace), "phase": phase, "apply": apply}
+        return Call("dream", params, self.timeout)
 
     @_Method
     def workspace_list(self) -> Call[WorkspaceListResult]:

@@ -17,6 +17,7 @@ __all__ = [
     "ContextResult",
     "ContextSection",
     "DaemonStatus",
+    "DreamResult",
     "DreamingStatus",
     "ExplainedCandidate",
     "FlushPlan",
@@ -152,6 +153,8 @@ class RecallStoreCounts(TypedDict, total=False):
 
 class DreamingStatus(TypedDict):
     recall_store: RecallStoreCounts
+    # When each phase ("light", "rem", "deep") last ran with apply, and its tally.
+    last_runs: dict[str, dict[str, Any]]
     enabled: bool
     next_run: str | None
 
@@ -308,10 +311,13 @@ class PromoteCandidate(TypedDict):
     recall_days: list[str]
     age_days: float
     promoted_at: str | None
+    # Why REM surfaced it as a lasting fact (it then needs no recall statistics), or None.
+    lasting: str | None
 
 
 class ExplainedCandidate(PromoteCandidate):
     passes_thresholds: bool
+    held_back: str | None  # why it does not pass (None when it does)
 
 
 class AppliedPromotion(TypedDict):
@@ -342,6 +348,83 @@ class PromoteResult(TypedDict):
     dropped_sections: NotRequired[int]
     # With explain (None for an unknown key):
     explain: NotRequired[ExplainedCandidate | None]
+
+
+class DreamGroup(TypedDict):
+    """Entries that say one thing, led by ``key`` (staged by Light, or a REM truth)."""
+
+    key: str
+    snippet: str
+    path: str
+    start_line: int
+    end_line: int
+    average: float
+    days: list[str]  # the days of the notes it was written on
+    evidence: list[str]  # path:start-end of up to three of its entries
+    merged: int
+    merged_by_meaning: int
+
+
+class DreamTruth(DreamGroup):
+    confidence: float
+    reason: str | None  # set for a lasting fact
+
+
+class DreamTheme(TypedDict):
+    tag: str
+    strength: float
+    count: int
+    evidence: list[str]
+
+
+class DreamLight(TypedDict):
+    notes_read: list[str]
+    snippets: int
+    considered: int
+    merged: int
+    staged: list[DreamGroup]
+
+
+class DreamRem(TypedDict):
+    considered: int
+    themes: list[DreamTheme]
+    truths: list[DreamTruth]
+    lasting: list[DreamTruth]
+    grounded: int
+
+
+class DreamCandidate(PromoteCandidate):
+    why: str
+
+
+class HeldBack(TypedDict):
+    key: str
+    snippet: str
+    score: float
+    reason: str
+
+
+class DreamDeep(TypedDict):
+    candidates: list[DreamCandidate]
+    held_back: list[HeldBack]
+    applied: list[AppliedPromotion]
+    skipped: NotRequired[list[list[str]]]
+    already_present: NotRequired[list[str]]
+    dropped_sections: NotRequired[int]
+
+
+class DreamResult(TypedDict):
+    workspace: str
+    at: str
+    applied: bool
+    phases: list[str]
+    similarity: str  # "words", or "words and meaning (cosine >= T)"
+    light: NotRequired[DreamLight]
+    rem: NotRequired[DreamRem]
+    deep: NotRequired[DreamDeep]
+    meaning_failed: NotRequired[str]
+    diary: NotRequired[dict[str, Any]]
+    written: NotRequired[list[str]]
 
 
 # -- indexing and workspaces ---------------------------------------------------------------------

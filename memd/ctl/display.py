@@ -194,6 +194,36 @@ def _workspace_lines(
     yield f"  Last sync: {age(ws.get('last_sync'), now)}"
     if ws.get("cache_entries") is not None:
         yield f"  Cache: {ws['cache_entries']} embeddings"
+    yield from _dreaming_lines(ws.get("dreaming") or {})
+
+
+def _tally(phase: str, r: Mapping[str, Any]) -> str:
+    if phase == "light":
+        return f"{r.get('staged', 0)} staged from {r.get('notes_read', 0)} notes"
+    if phase == "rem":
+        return (
+            f"{r.get('truths', 0)} truths, {r.get('lasting', 0)} lasting, "
+            f"{r.get('themes', 0)} themes"
+        )
+    return f"{r.get('promoted', 0)} promoted, {r.get('held_back', 0)} held back"
+
+
+def _dreaming_lines(d: Mapping[str, Any]) -> Iterator[str]:
+    """The recall store and the last run of each dreaming phase."""
+    counts = d.get("recall_store") or {}
+    if counts.get("error"):
+        yield f"  Recall store: unreadable ({counts['error']})"
+    elif counts:
+        yield (
+            f"  Recall store: {counts.get('entries', 0)} entries · {counts.get('promoted', 0)}"
+            f" promoted · {counts.get('spaced', 0)} seen on 2+ days"
+        )
+    runs = d.get("last_runs") or {}
+    for phase in ("light", "rem", "deep"):
+        if run := runs.get(phase):
+            yield f"  Dreaming {phase}: {run.get('at', '?')} · {_tally(phase, run)}"
+    if d.get("enabled"):
+        yield f"  Next dreaming: {d.get('next_run') or '?'}"
 
 
 def status_lines(status: Mapping[str, Any], now: float, style: Style = _plain) -> Iterator[str]:
@@ -279,6 +309,10 @@ def promote_lines(result: Mapping[str, Any]) -> list[str]:
             )
             for name, value in explained.get("components", {}).items():
                 lines.append(f"  {name:<14} {value:.3f}")
+            if explained.get("lasting"):
+                lines.append(f"  {explained['lasting']} (passes without recall statistics)")
+            if explained.get("held_back"):
+                lines.append(f"  held back: {explained['held_back']}")
             lines.append(
                 f"  recalls {explained['recall_count']}, queries {explained['unique_queries']},"
                 f" days {', '.join(explained.get('recall_days') or [])}"

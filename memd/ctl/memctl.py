@@ -33,6 +33,7 @@ from memd.ctl.common import (
     with_progress,
 )
 from memd.ctl.workspaces import workspace_group
+from memd.dreams.diary import diary_lines
 
 __all__ = ["EXIT_NOT_RUNNING", "cli", "main"]
 
@@ -289,6 +290,40 @@ def promote_cmd(
         return
     for line in display.promote_lines(result):
         click.echo(line)
+
+
+@cli.command("dream")
+@_workspace_option()
+@click.option(
+    "--phase",
+    type=click.Choice(["light", "rem", "deep", "all"]),
+    default="all",
+    show_default=True,
+    help="Run one phase only.",
+)
+@click.option("--apply", is_flag=True, help="Write: recall store, MEMORY.md and DREAMS.md.")
+@_json_option
+@click.pass_context
+def dream_cmd(
+    ctx: click.Context, workspace: str | None, phase: str, apply: bool, as_json: bool
+) -> None:
+    """Dream: Light reads the recent daily notes, REM finds themes and lasting truths, Deep
+    promotes into MEMORY.md. Without --apply, shows what a run would do and writes nothing.
+
+    Example: memctl dream -w ~/agent --apply
+    """
+    with _client(ctx) as c:
+        result = c.dream(_ref_or_cwd(workspace), phase=phase, apply=apply)
+    if as_json:
+        _print_json(result)
+        return
+    if not apply:
+        click.echo("Preview: nothing written (--apply writes).")
+    click.echo(f"Similar memories compared by {result['similarity']}.")
+    for line in diary_lines(result):
+        click.echo(_shown(line))
+    if apply:
+        click.echo("Written to DREAMS.md.")
 
 
 @cli.command("reindex")

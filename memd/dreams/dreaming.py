@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,15 +12,15 @@ from zoneinfo import ZoneInfo
 
 from memd.dreams.phases import PhaseSignals
 from memd.dreams.promote import apply_promotions
-from memd.dreams.ranking import Candidate, Thresholds, rank, score_entry
+from memd.dreams.ranking import Candidate, Thresholds, rank, score_all, score_entry, verdict
 from memd.dreams.recall_store import RecallStore
 
-__all__ = ["run_promotion"]
+__all__ = ["candidate_dict", "run_promotion"]
 
 logger = logging.getLogger(__name__)
 
 
-def _candidate_dict(c: Candidate) -> dict[str, Any]:
+def candidate_dict(c: Candidate) -> dict[str, Any]:
     e = c.entry
     return {
         "key": e.key,
@@ -37,6 +36,7 @@ def _candidate_dict(c: Candidate) -> dict[str, Any]:
         "recall_days": list(e.recall_days),
         "age_days": round(c.age_days, 2),
         "promoted_at": e.promoted_at,
+        "lasting": c.lasting,
     }
 
 
@@ -62,22 +62,23 @@ def run_promotion(
         if entry is None:
             result["explain"] = None
         else:
-            c = score_entry(entry, now, phases=phases.get(explain))
-            passed = any(
-                x.entry.key == explain
-                for x in rank(
-                    entries.values(),
-                    replace(thresholds, limit=len(entries) or 1),
-                    now,
-                    include_promoted=True,
-                    phases=phases,
+            scored = {
+                c.entry.key: c
+                for c in score_all(
+                    entries.values(), thresholds, now, include_promoted=True, phases=phases
                 )
-            )
-            result["explain"] = {**_candidate_dict(c), "passes_thresholds": passed}
+            }
+            c = scored.get(explain) or score_entry(entry, now, phases=phases.get(explain))
+            held = verdict(c, thresholds) if explain in scored else "not a promotable daily note"
+            result["explain"] = {
+                **candidate_dict(c),
+                "passes_thresholds": held is None,
+                "held_back": held,
+            }
     candidates = rank(
         entries.values(), thresholds, now, include_promoted=include_promoted, phases=phases
     )
-    result["candidates"] = [_candidate_dict(c) for c in candidates]
+    result["candidates"] = [candidate_dict(c) for c in candidates]
     result["applied"] = []
     if apply and candidates:
         tz = ZoneInfo(timezone) if timezone else None

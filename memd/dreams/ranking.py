@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from memd.dreams.lasting import lasting_reason
 from memd.dreams.phases import PhaseHits, phase_boost
 from memd.dreams.recall_store import RecallEntry, is_promotable, is_short_term
 
@@ -20,7 +21,9 @@ __all__ = [
     "Thresholds",
     "consolidation",
     "rank",
+    "score_all",
     "score_entry",
+    "verdict",
 ]
 
 logger = logging.getLogger(__name__)
@@ -64,6 +67,9 @@ class Candidate:
     signal_count: int
     unique_queries: int
     age_days: float
+    # Why REM surfaced it as a lasting fact (memd/dreams/lasting.py); such an entry does not
+    # need the recall statistics (count, distinct queries, score) to be promoted.
+    lasting: str | None = None
 
 
 def _clamp(x: float) -> float:
@@ -131,6 +137,50 @@ def score_entry(
     return Candidate(entry, _clamp(score + boost), components, signals, diversity, age)
 
 
+def verdict(c: Candidate, thresholds: Thresholds) -> str | None:
+    """Why ``c`` is held back under ``thresholds`` (None: it passes)."""
+    if thresholds.max_age_days >= 0 and c.age_days > thresholds.max_age_days:
+        return f"last seen {c.age_days:.0f} days ago (at most {thresholds.max_age_days:g})"
+    if c.lasting is not None:
+        return None  # REM surfaced it as lasting: the statistics do not decide
+    if c.signal_count == 0 or c.signal_count < thresholds.min_recall_count:
+        return f"{c.signal_count} signals (needs {thresholds.min_recall_count})"
+    if c.unique_queries < thresholds.min_unique_queries:
+        return (
+            f"{c.unique_queries} distinct queries or days (needs {thresholds.min_unique_queries})"
+        )
+    if c.score < thresholds.min_score:
+        return f"score {c.score:.3f} (needs {thresholds.min_score:g})"
+    return None
+
+
+def score_all(
+    entries: Iterable[RecallEntry],
+    thresholds: Thresholds,
+    now: dt.datetime,
+    *,
+    include_promoted: bool = False,
+    phases: Mapping[str, PhaseHits] | None = None,
+) -> list[Candidate]:
+    """Every promotable short-term entry scored, best first, no threshold applied. An entry
+    REM surfaced as a lasting fact (a REM hit, and a lasting phrase) carries its reason."""
+    out: list[Candidate] = []
+    for entry in entries:
+        if entry.source != "memory" or not is_short_term(entry.path):
+            continue
+        if not is_promotable(entry.snippet):
+            continue
+        if entry.promoted_at is not None and not include_promoted:
+            continue
+        hits = (phases or {}).get(entry.key)
+        c = score_entry(entry, now, half_life_days=thresholds.half_life_days, phases=hits)
+        if hits is not None and hits.rem_hits > 0:
+            c.lasting = lasting_reason(entry.snippet)
+        out.append(c)
+    out.sort(key=lambda c: (-c.score, -c.entry.recall_count, c.entry.path))
+    return out
+
+
 def rank(
     entries: Iterable[RecallEntry],
     thresholds: Thresholds,
@@ -141,28 +191,5 @@ def rank(
 ) -> list[Candidate]:
     """The entries that pass ``thresholds``, best first, at most ``thresholds.limit``;
     ``phases`` are the phase signals by entry key (memd/dreams/phases.py)."""
-    out: list[Candidate] = []
-    for entry in entries:
-        if entry.source != "memory" or not is_short_term(entry.path):
-            continue
-        if not is_promotable(entry.snippet):
-            continue
-        if entry.promoted_at is not None and not include_promoted:
-            continue
-        c = score_entry(
-            entry,
-            now,
-            half_life_days=thresholds.half_life_days,
-            phases=(phases or {}).get(entry.key),
-        )
-        if c.signal_count == 0 or c.signal_count < thresholds.min_recall_count:
-            continue
-        if c.unique_queries < thresholds.min_unique_queries:
-            continue
-        if thresholds.max_age_days >= 0 and c.age_days > thresholds.max_age_days:
-            continue
-        if c.score < thresholds.min_score:
-            continue
-        out.append(c)
-    out.sort(key=lambda c: (-c.score, -c.entry.recall_count, c.entry.path))
-    return out[: max(0, thresholds.limit)]
+    scored = score_all(entries, thresholds, now, include_promoted=include_promoted, phases=phases)
+    return [c for c in scored if verdict(c, thresholds) is None][: max(0, thresholds.limit)]

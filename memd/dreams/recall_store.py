@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
@@ -41,6 +41,7 @@ __all__ = [
     "LOCK_TIMEOUT_S",
     "RecallEntry",
     "RecallStore",
+    "Signal",
     "claim_hash",
     "concept_tags",
     "entry_key",
@@ -51,6 +52,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# What one counted result is: a search's ("recall"), a daily note read by dreaming ("daily"),
+# or another day's note of the same claim, found by dreaming ("grounded").
+Signal = Literal["recall", "daily", "grounded"]
 
 TMP_MAX_AGE_S = 3600.0
 
@@ -400,7 +405,7 @@ class RecallStore:
         query: str,
         results: Sequence[Mapping[str, Any]],
         *,
-        signal: Literal["recall", "daily"] = "recall",
+        signal: Signal = "recall",
     ) -> int:
         """Count the short-term, promotable results of one search; return how many entries changed."""
         return self.record_many([(query, results, self._clock())], signal=signal)
@@ -409,7 +414,7 @@ class RecallStore:
         self,
         searches: Sequence[tuple[str, Sequence[Mapping[str, Any]], dt.datetime]],
         *,
-        signal: Literal["recall", "daily"] = "recall",
+        signal: Signal = "recall",
     ) -> int:
         """Record several searches (query, results, when) under one lock, load and save.
 
@@ -427,7 +432,7 @@ class RecallStore:
             for query, results, when in searches:
                 stamp, today, qh = iso_time(when), self._day(when), query_hash(query)
                 for result in results:
-                    key = self._apply(entries, result, qh, today, stamp, signal)
+                    key = self._apply(entries, result, qh, today, stamp, signal, dedupe=True)
                     if key is not None:
                         lines.pop(key, None)
                         touched += 1
@@ -448,9 +453,12 @@ class RecallStore:
         qh: str,
         today: str,
         stamp: str,
-        signal: str,
+        signal: Signal,
+        *,
+        dedupe: bool,
     ) -> str | None:
-        """Count one result into ``entries``; return the key of the entry it changed."""
+        """Count one result into ``entries``; return the key of the entry it changed. With
+        ``dedupe``, a query already counted on ``today`` is not counted again."""
         path, start, end = result.get("path"), result.get("start_line"), result.get("end_line")
         if not isinstance(path, str) or not is_short_term(path):
             return None
@@ -472,10 +480,12 @@ class RecallStore:
         entry = entries.get(key)
         if entry is None:
             entry = entries[key] = RecallEntry(key, path, start, end, "", first_recalled_at=stamp)
-        duplicate = qh in entry.query_hashes and today in entry.recall_days
+        duplicate = dedupe and qh in entry.query_hashes and today in entry.recall_days
         if not duplicate:
             if signal == "daily":
                 entry.daily_count += 1
+            elif signal == "grounded":
+                entry.grounded_count += 1
             else:
                 entry.recall_count += 1
             entry.total_score += score
@@ -486,6 +496,37 @@ class RecallStore:
         entry.recall_days = sorted({*entry.recall_days, today})[-MAX_RECALL_DAYS:]
         entry.concept_tags = list(tags)
         return key
+
+    def count(
+        self,
+        entries: dict[str, RecallEntry],
+        query: str,
+        results: Sequence[Mapping[str, Any]],
+        when: dt.datetime,
+        *,
+        signal: Signal,
+        day: str | None = None,
+        dedupe: bool = True,
+    ) -> list[str]:
+        """Count ``results`` into ``entries`` (nothing is saved): what dreaming records, with
+        ``day`` (the day of the note a signal came from) as the day bucket instead of today's.
+        Returns the keys counted."""
+        stamp, qh = iso_time(when), query_hash(query)
+        bucket = day if day is not None and DAY.fullmatch(day) else self._day(when)
+        keys = []
+        for result in results:
+            key = self._apply(entries, result, qh, bucket, stamp, signal, dedupe=dedupe)
+            if key is not None:
+                keys.append(key)
+        return keys
+
+    @contextlib.contextmanager
+    def editing(self) -> Iterator[dict[str, RecallEntry]]:
+        """The entries, under the lock, saved on leaving (unless an exception leaves)."""
+        with self.locked():
+            entries = self.load()
+            yield entries
+            self.save(entries)
 
     def _read_lines(self, path: str, start: int, end: int) -> str | None:
         """The text of lines ``start..end`` of a workspace file, for results given without one."""

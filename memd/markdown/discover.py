@@ -67,7 +67,7 @@ _IGNORED_NAME_PATTERNS = (
 _IGNORED_NAME_RE = re.compile(
     "|".join(fnmatch.translate(p) for p in _IGNORED_NAME_PATTERNS), re.IGNORECASE
 )
-_EVERGREEN = ("MEMORY.md", "memory.md")
+_EVERGREEN = ("MEMORY.md", "memory.md", "DREAMS.md")  # DREAMS.md: the dream diary
 # ASCII digits only: \d would also accept other scripts' digits.
 _DAILY_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:-.+)?\.md")
 

@@ -59,7 +59,7 @@ class MemoryPath:
     real: str  # the symlink-free path that will be opened
     container: str  # symlink-free directory the open walks down from
     parts: tuple[str, ...]  # components below container
-    # The workspace's long-term memory (MEMORY.md), by the name asked for or by the file a
+    # The workspace's long-term memory (MEMORY.md, DREAMS.md), by the name asked for or the file a
     # symlink or another spelling leads to; compared without case, as on macOS volumes.
     longterm: bool = False
 
@@ -68,8 +68,10 @@ _Target = MemoryPath
 
 
 def _is_longterm(root_real: str, rel: str, real: str) -> bool:
-    return (
-        rel.lower() == "memory.md" or real.lower() == os.path.join(root_real, "memory.md").lower()
+    """MEMORY.md, or DREAMS.md (the dream diary quotes MEMORY.md), by name or by target."""
+    return any(
+        rel.lower() == name or real.lower() == os.path.join(root_real, name).lower()
+        for name in ("memory.md", "dreams.md")
     )
 
 

@@ -23,7 +23,7 @@ RESCAN_SESSIONS = "sessions/*"
 """The key meaning "rescan the session transcripts" (they are checked by a stat pass)."""
 RESCANS = frozenset({RESCAN_ALL, RESCAN_SESSIONS})
 
-_EVERGREEN = frozenset({"MEMORY.md", "memory.md"})
+_EVERGREEN = frozenset({"MEMORY.md", "memory.md", "DREAMS.md"})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,168 @@
+"""DREAMS.md: the dream diary, one dated entry per dreaming run, appended.
+
+Each entry is a ``## Dreams of YYYY-MM-DD HH:MM`` heading, a marker with the digest of what
+memd wrote, and the run in plain words: what Light staged, the themes and candidate truths REM
+found (with confidence and sources), what Deep promoted and why, and what it held back. The
+file stays under a size budget by dropping its oldest entries, and only entries still exactly
+as memd wrote them (the digest matches): a line a human added or changed is never dropped.
+Agents may read the diary (it is indexed as evergreen memory) but not write it (memd/flush.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memd.dreams.sharedfile import append_text, snapshot, swap_in
+from memd_client.errors import PathRefused
+
+__all__ = ["DIARY_FILE", "DiaryWrite", "diary_lines", "write_entry"]
+
+logger = logging.getLogger(__name__)
+
+DIARY_FILE = "DREAMS.md"
+HEADER = "# Dream Diary"
+ATTEMPTS = 5
+_ENTRY = re.compile(r"^## Dreams of \d{4}-\d{2}-\d{2}")
+_MARK = re.compile(r"^<!-- memd-dream sha256=([0-9a-f]{16}) -->$")
+
+
+@dataclass
+class DiaryWrite:
+    path: str
+    dropped_entries: int = 0
+
+
+def _digest(body: str) -> str:
+    return hashlib.sha256(body.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def render(title: str, body_lines: Sequence[str]) -> str:
+    """One diary entry (heading, digest marker, body), surrounded by blank lines."""
+    body = "\n".join(body_lines).rstrip("\n") + "\n"
+    return f"\n## Dreams of {title}\n<!-- memd-dream sha256={_digest(body)} -->\n{body}"
+
+
+def _entries(lines: list[str]) -> list[tuple[int, int, bool]]:
+    """(first line, end, intact) of each diary entry; intact = its digest still matches."""
+    starts = [i for i, line in enumerate(lines) if _ENTRY.match(line)]
+    out = []
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        mark = _MARK.match(lines[start + 1].rstrip("\r\n")) if start + 1 < end else None
+        body = "".join(lines[start + 2 : end]).replace("\r\n", "\n").rstrip("\n") + "\n"
+        # the blank line before the next entry belongs to the separator, not to the body
+        out.append((start, end, mark is not None and mark[1] == _digest(body)))
+    return out
+
+
+def _trim(text: str, room: int) -> tuple[str, int]:
+    """Drop the oldest intact entries until ``text`` fits ``room``; returns (text, dropped)."""
+    lines = text.splitlines(keepends=True)
+    drop: set[int] = set()
+    size = len(text)
+    for start, end, intact in _entries(lines):
+        if size <= room:
+            break
+        if intact:
+            drop.update(range(start, end))
+            size -= sum(len(lines[i]) for i in range(start, end))
+    kept = "".join(line for i, line in enumerate(lines) if i not in drop)
+    return kept, len({s for s, _e, _ok in _entries(lines) if s in drop})
+
+
+def write_entry(root: Path, title: str, body_lines: Sequence[str], *, max_chars: int) -> DiaryWrite:
+    """Append one entry to ``root/DREAMS.md``, then keep the file under ``max_chars`` (0: no
+    budget) by dropping the oldest entries memd wrote and nobody changed."""
+    path = root / DIARY_FILE
+    if path.is_symlink():
+        raise PathRefused(f"{path} is a symlink; memd does not write through it")
+    entry = render(title, body_lines)
+    append_text(path, entry, header=HEADER + "\n")
+    result = DiaryWrite(str(path))
+    if max_chars <= 0:
+        return result
+    for _ in range(ATTEMPTS):
+        base = snapshot(path)
+        try:
+            text = base.text
+            if len(text) <= max_chars:
+                return result
+            trimmed, dropped = _trim(text, max_chars)
+            if not dropped:
+                logger.info("%s is over its budget but holds no entry memd may drop", path)
+                return result
+            if swap_in(path, base, trimmed):
+                result.dropped_entries = dropped
+                return result
+        finally:
+            if base.fd is not None:
+                os.close(base.fd)
+    logger.warning("%s kept changing; left over its budget this time", path)
+    return result
+
+
+STAGED_SHOWN = 10
+
+
+def _sources(item: Mapping[str, Any]) -> str:
+    days = item.get("days") or []
+    written = f" · written on {', '.join(days)}" if len(days) > 1 else ""
+    return ", ".join(item["evidence"]) + written
+
+
+def diary_lines(run: Mapping[str, Any]) -> list[str]:
+    """A dreaming run (memd/dreams/dream.py) in plain words, for the diary."""
+    out: list[str] = []
+    if (light := run.get("light")) is not None:
+        staged = light["staged"]
+        merged = light["merged"]
+        out += [
+            "### Light Sleep",
+            f"Read {len(light['notes_read'])} daily notes ({light['snippets']} snippets). "
+            f"Staged {len(staged)} of {light['considered']} recent memories"
+            + (f"; {merged} merged as the same claim." if merged else "."),
+        ]
+        out += [f"- {g['snippet']} ({_sources(g)})" for g in staged[:STAGED_SHOWN]]
+        if len(staged) > STAGED_SHOWN:
+            out.append(f"- … and {len(staged) - STAGED_SHOWN} more.")
+        out.append("")
+    if (rem := run.get("rem")) is not None:
+        out += ["### REM Sleep", f"Reflected on {rem['considered']} memories of the last week."]
+        out.append("Themes:" if rem["themes"] else "Themes: none kept coming back.")
+        out += [
+            f"- `{t['tag']}` in {t['count']} memories (strength {t['strength']:.2f}): "
+            + ", ".join(t["evidence"])
+            for t in rem["themes"]
+        ]
+        out.append("Candidate truths:" if rem["truths"] else "Candidate truths: none yet.")
+        out += [
+            f"- {t['snippet']} [confidence {t['confidence']:.2f} · {_sources(t)}]"
+            for t in rem["truths"]
+        ]
+        if rem["lasting"]:
+            out.append("Lasting facts (kept whatever the statistics say):")
+            out += [f"- {t['snippet']} [{t['reason']} · {_sources(t)}]" for t in rem["lasting"]]
+        if rem["grounded"]:
+            out.append(f"Grounded {rem['grounded']} claims in the days they were written on.")
+        out.append("")
+    if (deep := run.get("deep")) is not None:
+        out.append("### Deep Sleep")
+        applied = {a["key"] for a in deep.get("applied", [])}
+        promoted = [c for c in deep["candidates"] if c["key"] in applied]
+        if promoted:
+            out.append("Promoted into MEMORY.md:")
+            out += [f"- {c['snippet']} ({c['why']})" for c in promoted]
+        else:
+            out.append("Promoted nothing.")
+        if deep["held_back"]:
+            out.append("Held back:")
+            out += [f"- {h['snippet']} ({h['reason']})" for h in deep["held_back"]]
+        out.append("")
+    return out

@@ -1,0 +1,314 @@
+"""One dreaming run over a workspace: Light, then REM, then Deep, then a diary entry.
+
+Light reads the recent daily notes into the recall store and stages recent memories
+(memd/dreams/light.py); REM finds themes, candidate truths and lasting facts, and grounds a
+truth written on several days (memd/dreams/rem.py); Deep ranks every entry with the phase
+boosts and promotes into MEMORY.md what passes (memd/dreams/ranking.py, promote.py), holding
+back a candidate that says what a better one (or MEMORY.md) already says. DREAMS.md gets one
+entry per run (memd/dreams/diary.py); ``memory/.dreams/dream-runs.json`` keeps when each phase
+last ran and what it found, for status.
+
+Without ``apply`` nothing is written: the run is computed on copies and reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from memd.atomicfile import write_atomic
+from memd.dreams.diary import diary_lines, write_entry
+from memd.dreams.dreaming import candidate_dict
+from memd.dreams.light import (
+    DAILY_LOOKBACK_DAYS,
+    LightSettings,
+    collect_daily,
+    entry_within,
+    ingest_daily,
+    save_state,
+    sources_of,
+    stage,
+)
+from memd.dreams.phases import PhaseHits, PhaseSignals
+from memd.dreams.promote import apply_promotions
+from memd.dreams.ranking import SCHEDULED, Candidate, Thresholds, score_all, verdict
+from memd.dreams.recall_store import RecallEntry, RecallStore, iso_time
+from memd.dreams.rem import RemSettings, Truth, ground, reflect
+from memd.dreams.similar import Group, Meaning, VectorSource, text_similarity
+
+__all__ = ["PHASES", "RUNS_FILE", "DreamOptions", "last_runs", "run_dream"]
+
+logger = logging.getLogger(__name__)
+
+PHASES = ("light", "rem", "deep")
+RUNS_FILE = "dream-runs.json"
+DUPLICATE_SIMILARITY = 0.88  # REM's truth threshold: Deep never promotes one claim twice
+HELD_BACK_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class DreamOptions:
+    phases: Sequence[str] = PHASES
+    apply: bool = False
+    thresholds: Thresholds = SCHEDULED
+    light: LightSettings = field(default_factory=LightSettings)
+    rem: RemSettings = field(default_factory=RemSettings)
+    memory_max_chars: int = 10_000
+    diary_max_chars: int = 20_000
+    timezone: str = ""
+
+
+def _ref(e: RecallEntry) -> str:
+    return f"{e.path}:{e.start_line}-{e.end_line}"
+
+
+def _group_dict(g: Group) -> dict[str, Any]:
+    e = g.entry
+    return {
+        "key": e.key,
+        "snippet": e.snippet,
+        "path": e.path,
+        "start_line": e.start_line,
+        "end_line": e.end_line,
+        "average": round(g.average, 4),
+        "days": g.days,
+        "evidence": g.evidence(),
+        "merged": len(g.members) - 1,
+        "merged_by_meaning": g.by_meaning,
+    }
+
+
+def _truth_dict(t: Truth) -> dict[str, Any]:
+    return {**_group_dict(t.group), "confidence": round(t.confidence, 4), "reason": t.reason}
+
+
+def _hit(phases: dict[str, PhaseHits], keys: Sequence[str], phase: str, stamp: str) -> None:
+    """What PhaseSignals.record writes, on the in-memory copy (so Deep sees this run's hits)."""
+    for key in keys:
+        h = phases.setdefault(key, PhaseHits(key))
+        if phase == "light":
+            h.light_hits, h.last_light_at = h.light_hits + 1, stamp
+        else:
+            h.rem_hits, h.last_rem_at = h.rem_hits + 1, stamp
+
+
+def _why(c: Candidate) -> str:
+    if c.lasting is not None:
+        return c.lasting
+    days = len(c.entry.recall_days)
+    return (
+        f"score {c.score:.3f} from {c.signal_count} signals, {c.unique_queries} distinct "
+        f"queries or days, seen on {days} day{'s' if days != 1 else ''}"
+    )
+
+
+def _deep(
+    entries: Mapping[str, RecallEntry],
+    phases: Mapping[str, PhaseHits],
+    now: dt.datetime,
+    thresholds: Thresholds,
+    watch: set[str],
+) -> tuple[list[Candidate], list[dict[str, Any]]]:
+    """(the candidates to promote, what is held back and why: the best few that fail and
+    every one REM surfaced)."""
+    promoted = [e.snippet for e in entries.values() if e.promoted_at is not None]
+    chosen: list[Candidate] = []
+    held: list[dict[str, Any]] = []
+    for c in score_all(entries.values(), thresholds, now, phases=phases):
+        if any(text_similarity(p, c.entry.snippet) >= DUPLICATE_SIMILARITY for p in promoted):
+            continue  # MEMORY.md has it: not a candidate, nor worth a line in the diary
+        reason = verdict(c, thresholds)
+        if reason is None:
+            twin = next(
+                (
+                    x.entry
+                    for x in chosen
+                    if text_similarity(x.entry.snippet, c.entry.snippet) >= DUPLICATE_SIMILARITY
+                ),
+                None,
+            )
+            if twin is not None:
+                reason = f"says what {_ref(twin)} says"
+            elif len(chosen) >= thresholds.limit:
+                reason = f"over this run's limit of {thresholds.limit}"
+            else:
+                chosen.append(c)
+                continue
+        if len(held) < HELD_BACK_SHOWN or c.entry.key in watch:
+            held.append(
+                {
+                    "key": c.entry.key,
+                    "snippet": c.entry.snippet,
+                    "score": round(c.score, 4),
+                    "reason": reason,
+                }
+            )
+    return chosen, held
+
+
+def run_dream(
+    root: Path,
+    options: DreamOptions,
+    *,
+    vectors: VectorSource | None = None,
+    meaning_threshold: float | None = None,
+    clock: Callable[[], dt.datetime] | None = None,
+) -> dict[str, Any]:
+    """Run the chosen phases over the workspace at ``root``; see the module docstring."""
+    now = (clock or (lambda: dt.datetime.now(dt.UTC)))()
+    tz = ZoneInfo(options.timezone) if options.timezone else None
+    local = now.astimezone(tz) if tz else now.astimezone()
+    today = local.date().isoformat()
+    stamp = iso_time(now)
+    apply = options.apply
+    store = RecallStore(root, timezone=options.timezone, clock=clock)
+    signals = PhaseSignals(root)
+    meaning = (
+        Meaning(vectors, meaning_threshold)
+        if vectors is not None and meaning_threshold is not None
+        else None
+    )
+    result: dict[str, Any] = {"at": stamp, "applied": apply, "phases": list(options.phases)}
+    # A preview only reads (every store file is replaced whole): it takes no lock, so it
+    # creates nothing, not even the lock file.
+    with store.locked() if apply else contextlib.nullcontext():
+        entries = store.load()
+        phases = signals.load()
+        collected = None
+        if "light" in options.phases:
+            collected = collect_daily(root, now, today=today, limit=options.light.limit)
+            counted = ingest_daily(store, entries, collected, now)
+        if meaning is not None:
+            window = [e for e in entries.values() if entry_within(e, now, DAILY_LOOKBACK_DAYS)]
+            meaning.texts = sources_of(root, window)
+        if collected is not None:
+            groups, considered = stage(entries, phases, now, options.light, meaning=meaning)
+            keys = [g.entry.key for g in groups]
+            if apply:
+                store.save(entries)
+                save_state(root, collected)
+                signals.record(keys, "light", now, known=entries)
+            _hit(phases, keys, "light", stamp)
+            result["light"] = {
+                "notes_read": [b.path for b in collected.batches],
+                "snippets": counted,
+                "considered": considered,
+                "merged": sum(len(g.members) - 1 for g in groups),
+                "staged": [_group_dict(g) for g in groups],
+            }
+        watch: set[str] = set()
+        if "rem" in options.phases:
+            refl = reflect(entries, phases, now, options.rem, meaning=meaning)
+            surfaced = [*refl.truths, *refl.lasting]
+            grounded = ground(store, entries, surfaced, now)
+            keys = [t.key for t in surfaced]
+            watch.update(keys)
+            if apply:
+                if grounded:
+                    store.save(entries)
+                signals.record(keys, "rem", now, known=entries)
+            _hit(phases, keys, "rem", stamp)
+            result["rem"] = {
+                "considered": refl.entries,
+                "themes": [
+                    {
+                        "tag": t.tag,
+                        "strength": round(t.strength, 4),
+                        "count": t.count,
+                        "evidence": list(t.evidence),
+                    }
+                    for t in refl.themes
+                ],
+                "truths": [_truth_dict(t) for t in refl.truths],
+                "lasting": [_truth_dict(t) for t in refl.lasting],
+                "grounded": grounded,
+            }
+        if "deep" in options.phases:
+            chosen, held = _deep(entries, phases, now, options.thresholds, watch)
+            deep: dict[str, Any] = {
+                "candidates": [{**candidate_dict(c), "why": _why(c)} for c in chosen],
+                "held_back": held,
+                "applied": [],
+            }
+            if apply and chosen:
+                outcome = apply_promotions(
+                    root, chosen, day=local.date(), max_chars=options.memory_max_chars
+                )
+                updates: dict[str, Mapping[str, Any]] = {
+                    a.key: {"start_line": a.start_line, "end_line": a.end_line, "snippet": a.text}
+                    for a in outcome.applied
+                }
+                updates.update({key: {} for key in outcome.already_present})
+                if updates:
+                    store.mark_promoted(updates)
+                deep["applied"] = [
+                    {
+                        "key": a.key,
+                        "path": a.path,
+                        "start_line": a.start_line,
+                        "end_line": a.end_line,
+                    }
+                    for a in outcome.applied
+                ]
+                deep["skipped"] = [list(s) for s in outcome.skipped]
+                deep["already_present"] = list(outcome.already_present)
+                deep["dropped_sections"] = outcome.dropped_sections
+            result["deep"] = deep
+        result["similarity"] = (
+            f"words and meaning (cosine >= {meaning.threshold:g})"
+            if meaning is not None and meaning.active
+            else "words"
+        )
+        if meaning is not None and meaning.failed:
+            result["meaning_failed"] = meaning.failed
+        if apply:
+            title = local.strftime("%Y-%m-%d %H:%M") + (f" ({options.timezone})" if tz else "")
+            written = write_entry(
+                root, title, diary_lines(result), max_chars=options.diary_max_chars
+            )
+            result["diary"] = {"path": "DREAMS.md", "dropped_entries": written.dropped_entries}
+            _save_runs(store.dir, result)
+    return result
+
+
+def _summary(phase: str, report: Mapping[str, Any]) -> dict[str, Any]:
+    if phase == "light":
+        return {
+            "notes_read": len(report["notes_read"]),
+            "snippets": report["snippets"],
+            "staged": len(report["staged"]),
+        }
+    if phase == "rem":
+        return {
+            "themes": len(report["themes"]),
+            "truths": len(report["truths"]),
+            "lasting": len(report["lasting"]),
+            "grounded": report["grounded"],
+        }
+    return {"promoted": len(report["applied"]), "held_back": len(report["held_back"])}
+
+
+def _save_runs(folder: Path, result: Mapping[str, Any]) -> None:
+    runs = last_runs(folder.parent.parent)
+    for phase in PHASES:
+        if phase in result:
+            runs[phase] = {"at": result["at"], **_summary(phase, result[phase])}
+    body = {"version": 1, "phases": runs}
+    write_atomic(folder / RUNS_FILE, (json.dumps(body, indent=2) + "\n").encode())
+
+
+def last_runs(root: Path) -> dict[str, Any]:
+    """When each phase last ran (with ``apply``) in the workspace at ``root``, and its tally."""
+    try:
+        raw = json.loads((root / "memory" / ".dreams" / RUNS_FILE).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    runs = raw.get("phases") if isinstance(raw, dict) else None
+    return {k: v for k, v in runs.items() if k in PHASES} if isinstance(runs, dict) else {}
