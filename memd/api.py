@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,6 +38,7 @@ from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.dreams.similar import meaning_threshold
+from memd.dreams.transcripts import Message, Transcript
 from memd.flush import SILENT_REPLY, check_flush_target, daily_log, flush_plan, is_silent
 from memd.freshness import freshness
 from memd.index.cache import cached_vectors
@@ -45,9 +47,11 @@ from memd.markdown.context import DEFAULT_CONTEXT_CHARS, session_context
 from memd.markdown.read import MemoryPath
 from memd.once import Once
 from memd.params import bool_param, float_param, int_param, only, str_param
+from memd.redact import redact as redact_text
 from memd.registry import Workspace, save_registry
 from memd.scopes import ANONYMOUS, Caller, allowed_sources, is_longterm
 from memd.service import MemoryService
+from memd.sessions.transcript import list_transcripts, render
 from memd.text import first_control
 from memd.watch import RESCAN_ALL, Watchers
 from memd_client.errors import BadRequest, IndexError_, PathRefused, Timeout
@@ -59,6 +63,7 @@ MAX_WAIT_MS = 60_000
 MAX_CONTEXT_CHARS = 200_000
 APPEND_WAIT_SECONDS = 60.0
 PROMOTE_WAIT_SECONDS = 60.0
+_CHECKPOINT = re.compile(r"\.checkpoint\..+\.jsonl$", re.IGNORECASE)  # OpenClaw's copies
 # How long the first search of a never-indexed workspace waits for its keyword rows.
 FIRST_INDEX_WAIT_MS = 10_000
 APPEND_KEYS_KEPT = 10_000
@@ -551,6 +556,11 @@ class Api:
             if embedder and threshold
             else None,
             meaning_threshold=threshold,
+            transcripts=(
+                functools.partial(_transcripts, ws.sessions_dir, redact=config.index.redact)
+                if ws.sessions_dir is not None
+                else None
+            ),
             clock=self.clock,
         )
         if apply:
@@ -667,6 +677,28 @@ def _ws_entry(ws: Workspace) -> dict[str, Any]:
         entry["sessions_dir"] = str(ws.sessions_dir)
         entry["agent_id"] = ws.agent_id
     return entry
+
+
+def _transcripts(directory: Path, *, redact: bool) -> list[Transcript]:
+    """The live transcripts of ``directory`` for dreaming, each rendered when it is read
+    (redacted as the index redacts them); checkpoint copies and dreaming's own runs left out."""
+
+    def reader(path: Path) -> list[Message]:
+        rendered = render(path.read_bytes(), redact=redact_text if redact else None)
+        if rendered.dreaming_narrative:
+            return []
+        lines = rendered.text.split("\n") if rendered.text else []
+        return [
+            Message(line, at, text)
+            for line, at, text in zip(rendered.line_map, rendered.timestamps, lines, strict=True)
+        ]
+
+    files, _complete = list_transcripts(directory)
+    return [
+        Transcript(f.name, f.size, f.mtime_ns, functools.partial(reader, f.abs))
+        for f in files
+        if not f.archived and not _CHECKPOINT.search(f.name)
+    ]
 
 
 def _promoted(result: Mapping[str, Any]) -> bool:

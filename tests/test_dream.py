@@ -21,6 +21,7 @@ from memd.dreams.phases import PhaseHits, PhaseSignals
 from memd.dreams.recall_store import RecallEntry, RecallStore, entry_key
 from memd.dreams.rem import RemSettings, confidence, ground, reflect, themes
 from memd.dreams.similar import Group, Meaning, dedupe, facts_agree, text_similarity
+from memd.dreams.transcripts import Message, Transcript, collect_sessions, save_sessions_state
 from memd.embed.fake import FakeEmbedder
 from memd.index.cache import EmbeddingCache, cached_vectors
 
@@ -416,3 +417,72 @@ def test_the_real_model_merges_a_paraphrase_and_not_a_different_fact(tmp_path: P
     finally:
         embedder.close()
         cache.close()
+
+
+# --- Light's transcripts -------------------------------------------------------------------------
+
+
+def _transcript(name: str, texts: list[tuple[int, str]], size: int | None = None) -> Transcript:
+    """A transcript of (hour on 2026-11-29 UTC, "User: …") messages, one per JSONL line."""
+    messages = [
+        Message(i, int(dt.datetime(2026, 11, 29, h, tzinfo=UTC).timestamp() * 1000), text)
+        for i, (h, text) in enumerate(texts, start=1)
+    ]
+    return Transcript(name, size or len(texts), 1, lambda: messages)
+
+
+def test_light_takes_each_new_message_once_within_its_caps(tmp_path: Path) -> None:
+    now = dt.datetime(2026, 11, 30, 3, tzinfo=UTC)
+    chat = [(9, f"User: please remember fact number {i} about the launch") for i in range(100)]
+    first = collect_sessions(
+        tmp_path, lambda: [_transcript("a.jsonl", chat)], now, tz=UTC, lookback_days=2
+    )
+    # one transcript: per-transcript cap min(80, max(12, ceil(240/1))) = 80
+    assert first.messages == 80 and list(first.by_day) == ["2026-11-29"]
+    save_sessions_state(tmp_path, first)
+    grown = _transcript("a.jsonl", chat, size=101)  # appended to: the rest is read, once
+    second = collect_sessions(tmp_path, lambda: [grown], now, tz=UTC, lookback_days=2)
+    assert second.messages == 20
+    assert second.by_day["2026-11-29"][0] == "User: please remember fact number 80 about the launch"
+    save_sessions_state(tmp_path, second)
+    again = collect_sessions(tmp_path, lambda: [grown], now, tz=UTC, lookback_days=2)
+    assert again.messages == 0 and not again.changed
+    old = [(9, "User: an old remark from long ago, long gone")]
+    stale = Transcript("b.jsonl", 1, 1, lambda: [Message(1, 1_000, old[0][1])])  # 1970
+    short = _transcript("c.jsonl", [(9, "User: ok")])
+    rest = collect_sessions(tmp_path, lambda: [grown, stale, short], now, tz=UTC, lookback_days=2)
+    assert rest.messages == 0  # too old, too short
+
+
+def test_transcripts_reach_memory_md_through_the_session_corpus(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    said = "User: I'm allergic to shellfish, please keep that in mind."
+    chat = _transcript("s1.jsonl", [(9, said), (10, "Assistant: Noted, no shellfish.")])
+    now = dt.datetime(2026, 11, 30, 3, tzinfo=UTC)
+    preview = run_dream(
+        root, DreamOptions(timezone="UTC"), transcripts=lambda: [chat], clock=lambda: now
+    )
+    assert preview["light"]["messages_read"] == 2 and not (root / "memory").exists()
+    run = run_dream(
+        root,
+        DreamOptions(apply=True, timezone="UTC"),
+        transcripts=lambda: [chat],
+        clock=lambda: now,
+    )
+    corpus = root / "memory" / ".dreams" / "session-corpus" / "2026-11-29.txt"
+    assert corpus.read_text() == f"{said}\nAssistant: Noted, no shellfish.\n"
+    assert [t["snippet"] for t in run["rem"]["lasting"]] == [said]
+    assert [a["path"] for a in run["deep"]["applied"]] == [
+        "memory/.dreams/session-corpus/2026-11-29.txt"
+    ]
+    assert f"- {said} [" in (root / "MEMORY.md").read_text()
+    # The next run reads nothing new and writes no second copy.
+    later = now + dt.timedelta(days=1)
+    run_dream(
+        root,
+        DreamOptions(apply=True, timezone="UTC"),
+        transcripts=lambda: [chat],
+        clock=lambda: later,
+    )
+    assert corpus.read_text().count(said) == 1

@@ -182,3 +182,48 @@ def test_memctl_dream_previews_then_writes_and_status_shows_each_phase(tmp_path:
         assert "Dreaming rem: " in status and "1 lasting" in status
         light = json.loads(memctl_run("dream", "-w", "agent", "--phase", "light", "--json"))
         assert set(light) >= {"light"} and "rem" not in light and "deep" not in light
+
+
+def test_dreaming_reads_the_agents_transcripts(tmp_path: Path) -> None:
+    """A workspace with transcripts: Light reads their new messages (redacted, as the index
+    holds them) into the session corpus, and a lasting one reaches MEMORY.md."""
+    ws = tmp_path / "agent"
+    (ws / "memory").mkdir(parents=True)
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    key = "sk-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6"
+
+    def record(role: str, text: str) -> str:
+        return json.dumps(
+            {
+                "type": "message",
+                "timestamp": "2026-04-01T09:00:00Z",
+                "message": {"role": role, "content": [{"type": "text", "text": text}]},
+            }
+        )
+
+    (sessions / "s1.jsonl").write_text(
+        "\n".join(
+            [
+                json.dumps({"type": "session", "id": "s1"}),
+                record("user", "Remember: I am allergic to shellfish."),
+                record("user", f"My deploy token is {key} for the record."),
+                record("assistant", "Noted."),
+            ]
+        )
+        + "\n"
+    )
+    (sessions / "s1.checkpoint.1.jsonl").write_text(
+        record("user", "Never seen by dreaming.") + "\n"
+    )
+    clock = Clock(datetime(2026, 4, 2, 3, tzinfo=UTC))
+    with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=clock) as d:
+        with memd_client.connect(d.socket_path) as c:
+            c.workspace_add(str(ws), name="agent", sessions_dir=str(sessions), agent_id="main")
+            c.reindex("agent")
+            run = c.dream("agent", apply=True)
+    assert run["light"]["messages_read"] == 2  # "Noted." is too short; the checkpoint skipped
+    corpus = (ws / "memory" / ".dreams" / "session-corpus" / "2026-04-01.txt").read_text()
+    assert corpus.startswith("User: Remember: I am allergic to shellfish.\n")
+    assert key not in corpus and "Never seen" not in corpus
+    assert "- User: Remember: I am allergic to shellfish. [" in (ws / "MEMORY.md").read_text()

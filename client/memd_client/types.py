@@ -7,6 +7,9 @@ daemon may add keys: a client ignores those it does not know.
 
 No ``from __future__ import annotations`` here: with string annotations, ``NotRequired`` is
 not seen at run time and ``__required_keys__`` would list every key.
+
+Over 400 lines: every result map of every method, which belong together as the protocol's
+reference in code.
 """
 
 from typing import Any, NotRequired, TypedDict
@@ -379,6 +382,7 @@ class DreamTheme(TypedDict):
 
 class DreamLight(TypedDict):
     notes_read: list[str]
+    messages_read: int
     snippets: int
     considered: int
     merged: int

@@ -125,7 +125,13 @@ def diary_lines(run: Mapping[str, Any]) -> list[str]:
         merged = light["merged"]
         out += [
             "### Light Sleep",
-            f"Read {len(light['notes_read'])} daily notes ({light['snippets']} snippets). "
+            f"Read {len(light['notes_read'])} daily notes"
+            + (
+                f" and {light['messages_read']} transcript messages"
+                if light.get("messages_read")
+                else ""
+            )
+            + f" ({light['snippets']} snippets). "
             f"Staged {len(staged)} of {light['considered']} recent memories"
             + (f"; {merged} merged as the same claim." if merged else "."),
         ]

@@ -42,6 +42,13 @@ from memd.dreams.ranking import SCHEDULED, Candidate, Thresholds, score_all, ver
 from memd.dreams.recall_store import RecallEntry, RecallStore, iso_time
 from memd.dreams.rem import RemSettings, Truth, ground, reflect
 from memd.dreams.similar import Group, Meaning, VectorSource, text_similarity
+from memd.dreams.transcripts import (
+    SESSIONS_QUERY,
+    TranscriptSource,
+    collect_sessions,
+    save_sessions_state,
+    write_corpus,
+)
 
 __all__ = ["PHASES", "RUNS_FILE", "DreamOptions", "last_runs", "run_dream"]
 
@@ -159,6 +166,7 @@ def run_dream(
     *,
     vectors: VectorSource | None = None,
     meaning_threshold: float | None = None,
+    transcripts: TranscriptSource | None = None,
     clock: Callable[[], dt.datetime] | None = None,
 ) -> dict[str, Any]:
     """Run the chosen phases over the workspace at ``root``; see the module docstring."""
@@ -182,9 +190,19 @@ def run_dream(
         entries = store.load()
         phases = signals.load()
         collected = None
+        sessions = None
         if "light" in options.phases:
             collected = collect_daily(root, now, today=today, limit=options.light.limit)
             counted = ingest_daily(store, entries, collected, now)
+            if transcripts is not None:
+                sessions = collect_sessions(
+                    root, transcripts, now, tz=tz, lookback_days=options.light.lookback_days
+                )
+                if apply:  # a preview only counts the messages: the corpus is a file
+                    for day, lines in sorted(sessions.by_day.items()):
+                        results = write_corpus(root, day, lines)
+                        query = SESSIONS_QUERY.format(day=day)
+                        counted += len(store.count(entries, query, results, now, signal="daily"))
         if meaning is not None:
             window = [e for e in entries.values() if entry_within(e, now, DAILY_LOOKBACK_DAYS)]
             meaning.texts = sources_of(root, window)
@@ -194,10 +212,13 @@ def run_dream(
             if apply:
                 store.save(entries)
                 save_state(root, collected)
+                if sessions is not None:
+                    save_sessions_state(root, sessions)
                 signals.record(keys, "light", now, known=entries)
             _hit(phases, keys, "light", stamp)
             result["light"] = {
                 "notes_read": [b.path for b in collected.batches],
+                "messages_read": sessions.messages if sessions is not None else 0,
                 "snippets": counted,
                 "considered": considered,
                 "merged": sum(len(g.members) - 1 for g in groups),

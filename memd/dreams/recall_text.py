@@ -24,6 +24,9 @@ MAX_CONCEPT_TAGS = 8
 _WS = re.compile(r"\s+")
 _UNDER_MEMORY = re.compile(r"(?:^|/)(memory/.+)$")
 _DREAMING = re.compile(r"(?:^|/)memory/dreaming/")
+_SESSION_CORPUS = re.compile(
+    r"(?:^|/)memory/\.dreams/session-corpus/[0-9]{4}-[0-9]{2}-[0-9]{2}\.(?:md|txt)$"
+)
 DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _HEADING = re.compile(r"#{1,6}(?:\s.*)?")
 _EMPTY_BULLET = re.compile(r"(?:[-*+]|[0-9]+[.)])(?:\s+\[[ xX]\])?")
@@ -55,8 +58,11 @@ _TAG_STOP = frozenset(
 
 
 def is_short_term(path: str) -> bool:
-    """Say whether ``path`` is a dated daily note (``memory/**/YYYY-MM-DD[-x].md``), not dreaming output."""
+    """Say whether ``path`` is a dated daily note (``memory/**/YYYY-MM-DD[-x].md``), not dreaming
+    output, or a day of the session corpus dreaming reads transcripts into."""
     rel = path.replace("\\", "/")
+    if _SESSION_CORPUS.search(rel):
+        return True
     m = _UNDER_MEMORY.search(rel)
     if m is None or _DREAMING.search(rel):
         return False

@@ -65,6 +65,7 @@ _NOT_NAMES = frozenset(
     "a an the in on at for to of we i he she they it its this that these those our my his her "
     "their your also then so but and or if when note".split()
 )
+_NOTE_DAY = re.compile(r"([0-9]{4}-[0-9]{2}-[0-9]{2})\.")
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
@@ -194,6 +195,9 @@ def note_day(entry: RecallEntry) -> str:
     day = daily_date(entry.path)
     if day is not None:
         return day.isoformat()
+    named = _NOTE_DAY.match(entry.path.rsplit("/", 1)[-1])  # a day of the session corpus
+    if named is not None:
+        return named[1]
     return entry.recall_days[0] if entry.recall_days else ""
 
 
