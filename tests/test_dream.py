@@ -486,3 +486,33 @@ def test_transcripts_reach_memory_md_through_the_session_corpus(tmp_path: Path) 
         clock=lambda: later,
     )
     assert corpus.read_text().count(said) == 1
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_diary_trim_keeps_a_human_edit_made_while_it_rewrites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A human appends to DREAMS.md just as memd swaps in the trimmed file (twice): each time
+    the swap notices, starts over, and their line is there once at the end."""
+    from memd.dreams import sharedfile
+
+    body = [f"- line {i} of a long entry" for i in range(20)]
+    for n in range(3):
+        diary.write_entry(tmp_path, f"2026-11-2{n} 03:00", body, max_chars=0)
+    path = tmp_path / diary.DIARY_FILE
+    budget = len(path.read_text())
+    real = sharedfile.fsync
+    added: list[str] = []
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        if len(added) < 2 and os.readlink(f"/proc/self/fd/{fd}") != str(path):
+            added.append(f"a human remark {len(added)}")
+            with open(path, "a") as f:
+                f.write(added[-1] + "\n")
+
+    monkeypatch.setattr(sharedfile, "fsync", fsync)
+    result = diary.write_entry(tmp_path, "2026-11-23 03:00", body, max_chars=budget)
+    text = path.read_text()
+    assert len(added) == 2 and all(text.count(line) == 1 for line in added)
+    assert result.dropped_entries >= 1 and "## Dreams of 2026-11-20 03:00" not in text

@@ -180,6 +180,10 @@ def test_memctl_dream_previews_then_writes_and_status_shows_each_phase(tmp_path:
         status = memctl_run("status", "-w", "agent")
         assert "Dreaming deep: 2026-04-02T03:00:00.000Z · 1 promoted" in status
         assert "Dreaming rem: " in status and "1 lasting" in status
+        explained = memctl_run(
+            "promote", "-w", "agent", "--explain", "memory:memory/2026-04-01.md:3:3"
+        )
+        assert 'lasting: an allergy ("allergic") (passes without recall statistics)' in explained
         light = json.loads(memctl_run("dream", "-w", "agent", "--phase", "light", "--json"))
         assert set(light) >= {"light"} and "rem" not in light and "deep" not in light
 
