@@ -72,10 +72,6 @@ class DreamOptions:
     timezone: str = ""
 
 
-def _ref(e: RecallEntry) -> str:
-    return f"{e.path}:{e.start_line}-{e.end_line}"
-
-
 def _group_dict(g: Group) -> dict[str, Any]:
     e = g.entry
     return {
@@ -125,36 +121,33 @@ def _deep(
 ) -> tuple[list[Candidate], list[dict[str, Any]]]:
     """(the candidates to promote, what is held back and why: the best few that fail and
     every one REM surfaced)."""
-    promoted = [e.snippet for e in entries.values() if e.promoted_at is not None]
+    # One claim is promoted once: an entry that says what MEMORY.md (or a better candidate of
+    # this run) already says is neither promoted nor listed as held back.
+    said = [e.snippet for e in entries.values() if e.promoted_at is not None]
+
+    def said_already(c: Candidate) -> bool:
+        return any(text_similarity(s, c.entry.snippet) >= DUPLICATE_SIMILARITY for s in said)
+
+    scored = [
+        (c, verdict(c, thresholds))
+        for c in score_all(entries.values(), thresholds, now, phases=phases)
+    ]
     chosen: list[Candidate] = []
+    for c, reason in scored:
+        if reason is None and len(chosen) < thresholds.limit and not said_already(c):
+            chosen.append(c)
+            said.append(c.entry.snippet)
     held: list[dict[str, Any]] = []
-    for c in score_all(entries.values(), thresholds, now, phases=phases):
-        if any(text_similarity(p, c.entry.snippet) >= DUPLICATE_SIMILARITY for p in promoted):
-            continue  # MEMORY.md has it: not a candidate, nor worth a line in the diary
-        reason = verdict(c, thresholds)
-        if reason is None:
-            twin = next(
-                (
-                    x.entry
-                    for x in chosen
-                    if text_similarity(x.entry.snippet, c.entry.snippet) >= DUPLICATE_SIMILARITY
-                ),
-                None,
-            )
-            if twin is not None:
-                reason = f"says what {_ref(twin)} says"
-            elif len(chosen) >= thresholds.limit:
-                reason = f"over this run's limit of {thresholds.limit}"
-            else:
-                chosen.append(c)
-                continue
+    for c, reason in scored:
+        if c in chosen or said_already(c):
+            continue
         if len(held) < HELD_BACK_SHOWN or c.entry.key in watch:
             held.append(
                 {
                     "key": c.entry.key,
                     "snippet": c.entry.snippet,
                     "score": round(c.score, 4),
-                    "reason": reason,
+                    "reason": reason or f"over this run's limit of {thresholds.limit}",
                 }
             )
     return chosen, held
