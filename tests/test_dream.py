@@ -516,3 +516,24 @@ def test_diary_trim_keeps_a_human_edit_made_while_it_rewrites(
     text = path.read_text()
     assert len(added) == 2 and all(text.count(line) == 1 for line in added)
     assert result.dropped_entries >= 1 and "## Dreams of 2026-11-20 03:00" not in text
+
+
+def test_a_run_compares_by_meaning_with_vectors_from_the_cache(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    for n in range(5):
+        _day_note(root, n)
+    fake = FakeEmbedder()
+    cache = EmbeddingCache(tmp_path / "cache.sqlite")
+    try:
+        source = cached_vectors(fake, cache)
+        now = dt.datetime(2026, 11, 21, 3, tzinfo=UTC)
+        options = DreamOptions(apply=True, timezone="UTC")
+        run = run_dream(root, options, vectors=source, meaning_threshold=0.94, clock=lambda: now)
+        assert run["similarity"] == "words and meaning (cosine >= 0.94)"
+        calls = fake.calls
+        assert calls >= 1 and cache.count() >= 16  # every line of the five notes
+        later = now + dt.timedelta(hours=1)
+        run_dream(root, options, vectors=source, meaning_threshold=0.94, clock=lambda: later)
+        assert fake.calls == calls  # the same lines again: all from the cache
+    finally:
+        cache.close()

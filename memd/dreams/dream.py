@@ -92,6 +92,10 @@ def _truth_dict(t: Truth) -> dict[str, Any]:
     return {**_group_dict(t.group), "confidence": round(t.confidence, 4), "reason": t.reason}
 
 
+def _window(entries: Mapping[str, RecallEntry], now: dt.datetime) -> list[RecallEntry]:
+    return [e for e in entries.values() if entry_within(e, now, DAILY_LOOKBACK_DAYS)]
+
+
 def _hit(phases: dict[str, PhaseHits], keys: Sequence[str], phase: str, stamp: str) -> None:
     """What PhaseSignals.record writes, on the in-memory copy (so Deep sees this run's hits)."""
     for key in keys:
@@ -177,6 +181,8 @@ def run_dream(
         else None
     )
     result: dict[str, Any] = {"at": stamp, "applied": apply, "phases": list(options.phases)}
+    if meaning is not None:  # the model calls happen before the lock, not while searches wait
+        meaning.load(sources_of(root, _window(store.load(), now)).values())
     # A preview only reads (every store file is replaced whole): it takes no lock, so it
     # creates nothing, not even the lock file.
     with store.locked() if apply else contextlib.nullcontext():
@@ -197,8 +203,7 @@ def run_dream(
                         query = SESSIONS_QUERY.format(day=day)
                         counted += len(store.count(entries, query, results, now, signal="daily"))
         if meaning is not None:
-            window = [e for e in entries.values() if entry_within(e, now, DAILY_LOOKBACK_DAYS)]
-            meaning.texts = sources_of(root, window)
+            meaning.texts = sources_of(root, _window(entries, now))
         if collected is not None:
             groups, considered = stage(entries, phases, now, options.light, meaning=meaning)
             keys = [g.entry.key for g in groups]
