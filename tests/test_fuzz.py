@@ -432,6 +432,7 @@ METHOD_PARAMS: dict[str, list[str]] = {
         *("workspace", "apply", "explain", "include_promoted", "limit"),
         *("min_score", "min_recall_count", "min_unique_queries"),
     ],
+    "dream": ["workspace", "phase", "apply"],
     "reindex": ["workspace", "force", "wait"],
     "workspace_add": ["path", "name", "extra_paths", "sessions_dir", "agent_id"],
     "workspace_remove": ["workspace"],

@@ -358,7 +358,7 @@ def test_unreadable_file_skipped(ws: Path, tmp_path: Path) -> None:
         ("memory.md", "evergreen", None),
         ("./MEMORY.md", "evergreen", None),
         ("Memory.md", "extra", None),
-        ("DREAMS.md", "extra", None),
+        ("DREAMS.md", "evergreen", None),  # the dream diary, searchable like MEMORY.md
         ("memory/2026-03-01.md", "daily", datetime.date(2026, 3, 1)),
         ("./memory/2026-03-01.md", "daily", datetime.date(2026, 3, 1)),
         ("memory/2024-02-29.md", "daily", datetime.date(2024, 2, 29)),
