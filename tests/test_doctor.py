@@ -53,7 +53,10 @@ def test_healthy_run_has_no_failure(monkeypatch: pytest.MonkeyPatch) -> None:
         "disk space",
         "service",
     }
-    assert checks["sqlite-vec"].status == "ok" and "version" in checks["sqlite-vec"].detail
+    # sqlite-vec is opt-in (index.sqlite_vec); by default vectors are searched in memory
+    assert checks["sqlite-vec"].status == "skip" and "sketch" in checks["sqlite-vec"].detail
+    opted = by_name(run_checks(Config.load(index__sqlite_vec=True), load_model=False))
+    assert opted["sqlite-vec"].status == "ok" and "version" in opted["sqlite-vec"].detail
     assert checks["socket directory"].status == "ok"
     # Not running is a warning whose fix is to start it, not a failure.
     assert checks["daemon"].status == "warn"
@@ -237,7 +240,7 @@ def test_memctl_exit_codes_and_json(monkeypatch: pytest.MonkeyPatch) -> None:
     code, out = doctor("--no-model")
     assert code == 0
     # Not a terminal: words, not symbols.
-    assert "\nwarn daemon: " in out and "ok sqlite-vec: " in out
+    assert "\nwarn daemon: " in out and "skip sqlite-vec: " in out
     assert "    fix: memd run" in out
     assert "✔" not in out
     monkeypatch.setenv("MEMD_LOCAL_MODEL", "/nonexistent.gguf")

@@ -85,7 +85,8 @@ def test_status_names_the_provider_and_vector_store(service: MemoryService, tmp_
     service.sync(str(ws))
     st = service.status(str(ws))
     assert st["provider"]["active"] == "fake" and st["provider"]["dims"] == 64
-    assert st["vector_store"]["kind"] == "vec0" and st["vector_store"]["sqlite_vec"]
+    # by default vectors live in a plain table and are searched through the in-memory sketch
+    assert st["vector_store"]["kind"] == "plain" and not st["vector_store"]["sqlite_vec"]
     assert st["identity"]["state"] == "valid"
     assert st["cache_entries"] >= 1
 

@@ -103,7 +103,7 @@ def _worker_line(w: Mapping[str, Any]) -> str:
 
 def _vector_line(v: Mapping[str, Any]) -> str:
     kind = v.get("kind") or "none"
-    line = f"  Vector store: {kind}"
+    line = f"  Vector store: {'in-memory sketch' if kind == 'plain' else kind}"
     version = v.get("sqlite_vec_version") if v.get("sqlite_vec") else None
     if version:
         line += f" {version}" if kind.startswith("sqlite-vec") else f" (sqlite-vec {version})"

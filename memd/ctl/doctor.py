@@ -144,7 +144,7 @@ def check_sqlite_vec(config: Config, path: str | None = None) -> Check:
     name = "sqlite-vec"
     if path is None:
         if not config.index.sqlite_vec:
-            return Check(name, "skip", "disabled by index.sqlite_vec = false (numpy scan)")
+            return Check(name, "skip", "not used (index.sqlite_vec = false: the in-memory sketch)")
         try:
             import sqlite_vec
         except ImportError as exc:

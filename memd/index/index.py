@@ -17,6 +17,7 @@ from memd.atomicfile import fsync_dir
 from memd.index.db import VecSupport, connect, probe_sqlite_vec, translate_errors
 from memd.index.identity import Identity
 from memd.index.schema import migrate
+from memd.index.sketch import Sketch
 from memd.index.store import Store, VectorStore
 
 # Read connections open at once per index. Each holds a page cache of its own (2 MB), and on
@@ -90,6 +91,9 @@ class Index:
         self._pool_lock = threading.Lock()
         self._writer: apsw.Connection | None = None
         self.epoch = 0
+        # The vectors of a plain vector store, in memory (memd/index/sketch.py); one per file:
+        # a swapped-in file gets a new one.
+        self._sketch: Sketch | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -131,7 +135,25 @@ class Index:
         kind: VectorStore = identity.vector_store if identity else "none"
         if kind == "vec0" and not self.vec.available:
             kind = "none"  # the vectors are there but unreadable without the extension
-        return Store(conn, kind, identity.dims if identity else 0)
+        dims = identity.dims if identity else 0
+        return Store(conn, kind, dims, self._sketch_for(dims) if kind == "plain" else None)
+
+    def _sketch_for(self, dims: int) -> Sketch:
+        with self._pool_lock:
+            if self._sketch is None or self._sketch.dims != dims:
+                self._sketch = Sketch(dims)
+            return self._sketch
+
+    def tend_sketch(self) -> None:
+        """After a sync (the writer's): load the vector sketch if it is not yet (so the first
+        search does not pay for it), and drop the vector-log rows it has applied."""
+        with self.reader() as store:
+            sketch = store.reads.sketch
+            if sketch is None:
+                return
+            sketch.refresh(store.conn)
+        if self._writer is not None:
+            sketch.trim_log(self._writer)
 
     @staticmethod
     def stored_identity(conn: apsw.Connection) -> Identity | None:
@@ -189,4 +211,5 @@ class Index:
                 self._writer = connect(self.path, load_vec=self.vec.available)
                 migrate(self._writer)
             self.epoch += 1
+            self._sketch = None
         self.remove_temp_files()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -12,6 +13,7 @@ import apsw
 import numpy as np
 
 from memd.embed.base import Vectors
+from memd.index.sketch import Sketch, first_pass
 
 __all__ = ["ChunkRow", "SearchReads"]
 
@@ -60,10 +62,17 @@ def _freq_memo(conn: apsw.Connection) -> _FreqMemo:
 class SearchReads:
     """Read-only SQL for search over one connection; every Store holds one as ``reads``."""
 
-    def __init__(self, conn: apsw.Connection, vector_store: VectorStore, dims: int) -> None:
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        vector_store: VectorStore,
+        dims: int,
+        sketch: Sketch | None = None,
+    ) -> None:
         self.conn = conn
         self.vector_store = vector_store
         self.dims = dims
+        self.sketch = sketch  # the plain store's vectors in memory (memd/index/sketch.py)
 
     def doc_freqs(self, terms: list[str]) -> tuple[dict[str, int], int]:
         """How many chunks hold each term (after the index's own stemming), and the chunk count.
@@ -167,6 +176,8 @@ class SearchReads:
     def _knn_plain(
         self, query: Vectors, sources: Sequence[str] | None, limit: int
     ) -> list[ChunkRow]:
+        if self.sketch is not None:
+            return self._knn_sketch(query, sources, limit)
         ids, matrix = self.plain_vectors()
         if not ids:
             return []
@@ -197,6 +208,46 @@ class SearchReads:
                     return picked
         return picked
 
+    def _knn_sketch(
+        self, query: Vectors, sources: Sequence[str] | None, limit: int
+    ) -> list[ChunkRow]:
+        """The projected pass picks the best few hundred chunks, their stored vectors decide;
+        when a source filter leaves fewer than ``limit``, four times as many, and so on."""
+        assert self.sketch is not None
+        self.sketch.refresh(self.conn)
+        q = np.asarray(query, dtype=np.float32)
+        n = max(first_pass(len(self.sketch)), limit * 4)
+        while True:
+            ids = self.sketch.candidates(q, n)
+            vectors = self.chunk_vectors(ids)
+            if not vectors:
+                return []
+            order = list(vectors)
+            exact = np.stack([vectors[i] for i in order]) @ q
+            ranked = [order[j] for j in np.argsort(-exact, kind="stable")]
+            score = {order[j]: float(exact[j]) for j in range(len(order))}
+            if sources:
+                ranked = self._of_sources(ranked, sources)
+            top = ranked[:limit]
+            rows = {r.id: r for r in self.chunks_by_id(top)}
+            picked = [dataclasses.replace(rows[i], score=score[i]) for i in top if i in rows]
+            if len(picked) >= limit or len(ids) < n:
+                return picked
+            n *= 4
+
+    def _of_sources(self, ids: list[int], sources: Sequence[str]) -> list[int]:
+        """``ids`` (in order) whose chunk comes from one of ``sources``."""
+        keep: set[int] = set()
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            rows = self.conn.execute(
+                f"SELECT id FROM chunks WHERE id IN ({','.join('?' * len(part))}) "
+                f"AND source IN ({','.join('?' * len(sources))})",
+                [*part, *sources],
+            )
+            keep.update(int(r[0]) for r in rows)
+        return [i for i in ids if i in keep]
+
     def chunk_vectors(self, ids: Sequence[int]) -> dict[int, Vectors]:
         """The stored vectors of the chunks ``ids`` that have one."""
         if not ids or self.vector_store == "none":
@@ -204,11 +255,20 @@ class SearchReads:
         table, key = (
             ("chunks_vec", "rowid") if self.vector_store == "vec0" else ("chunks_vec_plain", "id")
         )
-        rows = self.conn.execute(
-            f"SELECT {key}, embedding FROM {table} WHERE {key} IN ({','.join('?' * len(ids))})",
-            list(ids),
-        )
-        return {int(r[0]): np.frombuffer(bytes(r[1]), dtype=np.float32) for r in rows}
+        out: dict[int, Vectors] = {}
+        ids = sorted(ids)  # in key order: neighbouring pages, fewer B-tree descents
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            rows = self.conn.execute(
+                f"SELECT {key}, embedding FROM {table} WHERE {key} IN ({','.join('?' * len(part))})",
+                part,
+            )
+            got = list(rows)
+            if got:  # one buffer for the batch: frombuffer per row costs more than the lookup
+                matrix = np.frombuffer(b"".join(r[1] for r in got), dtype=np.float32)
+                matrix = matrix.reshape(len(got), -1)
+                out.update(zip((int(r[0]) for r in got), matrix, strict=True))
+        return out
 
     def line_vectors(self, ids: Sequence[int]) -> dict[int, np.ndarray[Any, np.dtype[np.float16]]]:
         """The line vectors (n, dims) of the chunks ``ids`` that have them, as stored (float16)."""
@@ -237,14 +297,16 @@ class SearchReads:
 
     def chunks_by_id(self, ids: Iterable[int]) -> list[ChunkRow]:
         ids = list(ids)
-        if not ids:
-            return []
-        rows = self.conn.execute(
-            "SELECT id, path, source, start_line, end_line, text, 0.0, words FROM chunks "
-            f"WHERE id IN ({','.join('?' * len(ids))})",
-            ids,
-        )
-        return [ChunkRow(*r) for r in rows]
+        out: list[ChunkRow] = []
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            rows = self.conn.execute(
+                "SELECT id, path, source, start_line, end_line, text, 0.0, words FROM chunks "
+                f"WHERE id IN ({','.join('?' * len(part))})",
+                part,
+            )
+            out.extend(ChunkRow(*r) for r in rows)
+        return out
 
     def file_ages(self, paths: Iterable[str]) -> dict[str, tuple[str, str | None, int]]:
         """(kind, day, mtime_ns) of each path, for temporal decay."""

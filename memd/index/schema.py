@@ -103,6 +103,16 @@ def m006_line_vectors(conn: apsw.Connection) -> None:
     conn.execute("CREATE TABLE chunk_lines (id INTEGER PRIMARY KEY, vectors BLOB NOT NULL)")
 
 
+def m007_vector_log(conn: apsw.Connection) -> None:
+    # Every vector written to or deleted from the plain vector table, in the same transaction:
+    # the in-memory sketch (memd/index/sketch.py) follows the file by it. AUTOINCREMENT: a seq
+    # is never reused, so rows the sketch has applied can be deleted.
+    conn.execute(
+        "CREATE TABLE vector_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, id INTEGER NOT NULL, "
+        "added INTEGER NOT NULL)"
+    )
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     m001_create_tables,
     m002_create_fts,
@@ -110,6 +120,7 @@ MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     m004_create_fts_vocab,
     m005_chunk_word_counts,
     m006_line_vectors,
+    m007_vector_log,
 ]
 
 

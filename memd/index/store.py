@@ -17,6 +17,7 @@ import numpy as np
 from memd.embed.base import Vectors
 from memd.index.db import atomic
 from memd.index.reads import ChunkRow, SearchReads, VectorStore
+from memd.index.sketch import Sketch
 from memd.text import fts_body, fts_unigrams, mmr_tokens, word_tokens
 
 __all__ = ["ChunkRow", "DumpRow", "FileRow", "NewChunk", "Store", "VectorStore"]
@@ -71,11 +72,17 @@ def _path_words(path: str) -> str:
 class Store:
     """SQL over one open connection. Writes must run inside :func:`atomic`."""
 
-    def __init__(self, conn: apsw.Connection, vector_store: VectorStore, dims: int) -> None:
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        vector_store: VectorStore,
+        dims: int,
+        sketch: Sketch | None = None,
+    ) -> None:
         self.conn = conn
         self.vector_store = vector_store
         self.dims = dims
-        self.reads = SearchReads(conn, vector_store, dims)
+        self.reads = SearchReads(conn, vector_store, dims, sketch)
 
     # -- meta -----------------------------------------------------------------------------------
 
@@ -147,6 +154,7 @@ class Store:
             self.conn.execute(
                 "INSERT INTO chunks_vec_plain (id, embedding) VALUES (?, ?)", (chunk_id, blob)
             )
+            self.conn.execute("INSERT INTO vector_log (id, added) VALUES (?, 1)", (chunk_id,))
 
     def _delete_vectors(self, ids: Sequence[int]) -> None:
         table = self._vector_table()
@@ -155,6 +163,10 @@ class Store:
         key = "rowid" if table == "chunks_vec" else "id"
         self.conn.executemany(f"DELETE FROM {table} WHERE {key} = ?", [(i,) for i in ids])
         self.conn.executemany("DELETE FROM chunk_lines WHERE id = ?", [(i,) for i in ids])
+        if table == "chunks_vec_plain":
+            self.conn.executemany(
+                "INSERT INTO vector_log (id, added) VALUES (?, 0)", [(i,) for i in ids]
+            )
 
     # -- files and chunks -----------------------------------------------------------------------
 

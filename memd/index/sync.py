@@ -210,6 +210,7 @@ class Syncer:
                 self.activity = None
                 self.filling = False
             report.pending_files = writer.counts()["pending_files"]
+            self.index.tend_sketch()
         report.seconds = time.monotonic() - started
         if not report.errors:
             self.last_sync = time.time()
@@ -226,6 +227,7 @@ class Syncer:
             self.backlog = act
             self._embed_pending(writer, report, None, max_files=max_files, act=act)
             report.pending_files = writer.pending_count()
+            self.index.tend_sketch()
             if not report.pending_files or report.errors:
                 self.backlog = None
         return report

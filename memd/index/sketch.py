@@ -1,0 +1,196 @@
+"""Vector search that does not scan the file: a small copy of every vector, held in memory.
+
+Each vector is kept as its projection on the index's top principal directions (96 float32
+numbers instead of 384: 38 MB for 100,000 chunks). A query is projected the same way, every
+chunk is scored against it with one matrix-vector product (a few milliseconds at 100,000
+chunks), and the best 1% (400 to 1,000) are scored exactly with their stored vectors, read
+by id from the index's plain vector table. Measured against the exact scan (docs/benchmarks.md):
+recall of the top ten ≥ 0.99.
+
+The copy follows the file through ``vector_log``: every vector written or deleted adds a row in
+the same transaction (memd/index/store.py), and before a search the sketch applies the rows
+past the last one it saw, in the snapshot the search reads. A rollback takes its rows with it;
+a crash loses nothing the file kept; a rebuilt file (a new Index epoch) starts a new sketch. The
+projection is computed when the sketch is first loaded and kept while it lives: vectors
+added later are projected on the same directions.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import apsw
+import numpy as np
+
+__all__ = ["PROJECTED_DIMS", "Sketch", "first_pass"]
+
+logger = logging.getLogger(__name__)
+
+PROJECTED_DIMS = 96
+# Chunks scored exactly after the projected pass: 1% of the index, from 400 to 1,000. Reading
+# a vector by id costs about 6 µs, so 1,000 is 6 ms; at 100,000 near-duplicate-rich chunks 400
+# missed a whole cluster for one query in 200 (bench/vector_bench.py).
+FIRST_PASS_MIN, FIRST_PASS_MAX = 400, 1000
+
+
+def first_pass(live: int) -> int:
+    return min(FIRST_PASS_MAX, max(FIRST_PASS_MIN, live // 100))
+
+
+SAMPLE = 8192  # vectors the principal directions are computed from
+_F32 = np.float32
+
+
+class Sketch:
+    """The projected vectors of one index file (a plain vector table, ``chunks_vec_plain``)."""
+
+    def __init__(self, dims: int) -> None:
+        self.dims = dims
+        self.width = min(PROJECTED_DIMS, dims)
+        self._lock = threading.Lock()
+        self._loaded = False
+        self.seq = 0  # the last vector_log row applied
+        self.mean = np.zeros(dims, dtype=_F32)
+        self.basis = np.zeros((dims, self.width), dtype=_F32)
+        self.rows = np.zeros((0, self.width), dtype=_F32)
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.live = np.zeros(0, dtype=bool)
+        self.count = 0  # rows in use (live or dead)
+        self.where: dict[int, int] = {}  # chunk id -> row
+
+    # -- keeping up with the file --------------------------------------------------------------
+
+    def refresh(self, conn: apsw.Connection) -> None:
+        """Load the vectors (first use), or apply the writes logged since the last refresh."""
+        with self._lock:
+            if not self._loaded:
+                self._load(conn)
+                return
+            changes = list(
+                conn.execute(
+                    "SELECT seq, id, added FROM vector_log WHERE seq > ? ORDER BY seq", (self.seq,)
+                )
+            )
+            if not changes:
+                return
+            added = [int(i) for _s, i, a in changes if a]
+            found = _vectors(conn, added)
+            for seq, chunk_id, was_added in changes:
+                self._drop(int(chunk_id))
+                vector = found.get(int(chunk_id)) if was_added else None
+                if vector is not None:
+                    self._add(int(chunk_id), vector)
+                self.seq = int(seq)
+            if self.count - len(self.where) > max(1024, self.count // 4):
+                self._compact()
+
+    def _load(self, conn: apsw.Connection) -> None:
+        conn.execute("BEGIN")  # the vectors and the log position from one snapshot
+        try:
+            row = conn.execute("SELECT max(seq) FROM vector_log").fetchone()
+            seq = int(row[0]) if row and row[0] is not None else 0
+            ids: list[int] = []
+            blobs: list[bytes] = []
+            for chunk_id, blob in conn.execute("SELECT id, embedding FROM chunks_vec_plain"):
+                ids.append(int(chunk_id))
+                blobs.append(bytes(blob))
+        finally:
+            conn.execute("COMMIT")
+        matrix = (
+            np.frombuffer(b"".join(blobs), dtype=_F32).reshape(len(ids), self.dims)
+            if ids
+            else np.zeros((0, self.dims), dtype=_F32)
+        )
+        if len(ids):
+            step = max(1, len(ids) // SAMPLE)
+            sample = matrix[::step].astype(np.float64)
+            self.mean = sample.mean(axis=0).astype(_F32)
+            # The right singular vectors are the principal directions of the sample.
+            _u, _s, vt = np.linalg.svd(sample - self.mean, full_matrices=False)
+            basis = np.zeros((self.dims, self.width), dtype=_F32)
+            take = min(self.width, vt.shape[0])
+            basis[:, :take] = vt[:take].T
+            self.basis = basis
+        self.rows = np.ascontiguousarray((matrix - self.mean) @ self.basis, dtype=_F32)
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.live = np.ones(len(ids), dtype=bool)
+        self.count = len(ids)
+        self.where = {chunk_id: i for i, chunk_id in enumerate(ids)}
+        self.seq = seq
+        self._loaded = True
+        logger.debug("vector sketch: %d vectors, %d dims projected", len(ids), self.width)
+
+    def _add(self, chunk_id: int, vector: np.ndarray[Any, np.dtype[np.float32]]) -> None:
+        if self.count == len(self.rows):  # grow by half again: amortised O(1) appends
+            size = max(1024, len(self.rows) + len(self.rows) // 2)
+            self.rows = np.resize(self.rows, (size, self.width))
+            self.ids = np.resize(self.ids, size)
+            self.live = np.concatenate([self.live[: self.count], np.zeros(size - self.count, bool)])
+        self.rows[self.count] = (vector - self.mean) @ self.basis
+        self.ids[self.count] = chunk_id
+        self.live[self.count] = True
+        self.where[chunk_id] = self.count
+        self.count += 1
+
+    def _drop(self, chunk_id: int) -> None:
+        row = self.where.pop(chunk_id, None)
+        if row is not None:
+            self.live[row] = False
+
+    def _compact(self) -> None:
+        keep = np.flatnonzero(self.live[: self.count])
+        self.rows = np.ascontiguousarray(self.rows[keep])
+        self.ids = self.ids[keep]
+        self.live = np.ones(len(keep), dtype=bool)
+        self.count = len(keep)
+        self.where = {int(c): i for i, c in enumerate(self.ids)}
+
+    # -- searching -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def candidates(self, query: np.ndarray[Any, Any], n: int) -> list[int]:
+        """The ids of the ``n`` chunks whose projections score best against ``query``'s (all
+        of them when there are no more than ``n``), best first. The product runs outside the
+        lock (numpy lets go of the GIL there): rows below ``count`` are never changed in place,
+        only replaced whole by a compaction."""
+        q = np.asarray(query, dtype=_F32) @ self.basis
+        with self._lock:
+            count = self.count
+            rows, ids = self.rows[:count], self.ids[:count]
+            live = self.live[:count].copy()
+        if count == 0:
+            return []
+        scores = rows @ q
+        scores[~live] = -np.inf
+        alive = int(live.sum())
+        if alive <= n:
+            picked = np.flatnonzero(live)
+        else:
+            picked = np.argpartition(-scores, n)[:n]
+        picked = picked[np.argsort(-scores[picked], kind="stable")]
+        return [int(i) for i in ids[picked]]
+
+    def trim_log(self, conn: apsw.Connection) -> None:
+        """Delete the log rows this sketch has applied (the writer calls it after a sync)."""
+        with self._lock:
+            if self._loaded and self.seq:
+                conn.execute("DELETE FROM vector_log WHERE seq <= ?", (self.seq,))
+
+
+def _vectors(
+    conn: apsw.Connection, ids: Sequence[int]
+) -> dict[int, np.ndarray[Any, np.dtype[np.float32]]]:
+    out: dict[int, np.ndarray[Any, np.dtype[np.float32]]] = {}
+    for start in range(0, len(ids), 500):
+        part = list(ids[start : start + 500])
+        rows = conn.execute(
+            f"SELECT id, embedding FROM chunks_vec_plain WHERE id IN ({','.join('?' * len(part))})",
+            part,
+        )
+        out.update((int(r[0]), np.frombuffer(bytes(r[1]), dtype=_F32)) for r in rows)
+    return out

@@ -1,0 +1,163 @@
+"""The in-memory vector sketch: the same nearest chunks as an exact scan, and in step with the
+file through every write, rollback, rebuild and restart (real SQLite files, real Index)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memd.index.db import atomic
+from memd.index.identity import Identity
+from memd.index.index import Index
+from memd.index.sketch import Sketch, first_pass
+from memd.index.store import Store
+
+DIMS = 384
+
+
+def _vectors(n: int, seed: int = 0) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """Clustered unit vectors (notes come in topics): 60 centres, each point near one."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(60, DIMS))
+    points = centres[rng.integers(0, 60, n)] + rng.normal(scale=0.6, size=(n, DIMS))
+    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _open(path: Path) -> Index:
+    index = Index(path, use_vec=False)
+    index.open()
+    writer = index.writer()
+    identity = Identity("fake", "m", "k", DIMS, "plain", 400, 80, 512, True)
+    with atomic(writer.conn):
+        writer.set_identity(identity.to_dict())
+    with atomic(index.writer().conn):
+        index.writer().ensure_vector_table()
+    return index
+
+
+def _add(index: Index, ids: range | list[int], vectors: np.ndarray[Any, Any]) -> None:
+    store = index.writer()
+    with atomic(store.conn):
+        for chunk_id, v in zip(ids, vectors, strict=True):
+            store.conn.execute(
+                "INSERT INTO chunks (id, path, start_line, end_line, hash, model, text, "
+                "embedded, updated_at) VALUES (?, ?, 1, 1, '', 'm', ?, 1, 0)",
+                (chunk_id, f"memory/n{chunk_id % 7}.md", f"chunk {chunk_id}"),
+            )
+            store._insert_vector(chunk_id, v, None)
+
+
+def _delete(index: Index, ids: list[int]) -> None:
+    store = index.writer()
+    with atomic(store.conn):
+        store._delete_vectors(ids)
+        store.conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in ids])
+
+
+def _nearest(index: Index, query: np.ndarray[Any, Any], k: int = 10) -> list[int]:
+    with index.reader() as store:
+        assert store.reads.sketch is not None
+        return [r.id for r in store.reads.vector_candidates(query, None, k)]
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Any:
+    idx = _open(tmp_path / "i.sqlite")
+    yield idx
+    idx.close()
+
+
+def test_the_sketch_finds_the_exact_top_ten(index: Index) -> None:
+    vectors = _vectors(6000)
+    _add(index, range(1, 6001), vectors)
+    rng = np.random.default_rng(1)  # questions about what was written: near stored chunks
+    queries = vectors[rng.integers(0, 6000, 50)] + rng.normal(scale=0.04, size=(50, DIMS))
+    queries = (queries / np.linalg.norm(queries, axis=1, keepdims=True)).astype(np.float32)
+    hits = 0
+    for q in queries:
+        exact = vectors @ q
+        tenth = np.sort(exact)[-10]
+        found = _nearest(index, q)
+        assert len(found) == 10
+        hits += sum(exact[i - 1] >= tenth - 1e-6 for i in found)
+    assert hits / (10 * len(queries)) >= 0.99
+    # And its scores are the exact cosines, best first.
+    with index.reader() as store:
+        rows = store.reads.vector_candidates(queries[0], None, 5)
+    assert [round(r.score, 5) for r in rows] == sorted(
+        (round(float(vectors[r.id - 1] @ queries[0]), 5) for r in rows), reverse=True
+    )
+
+
+def test_the_sketch_follows_writes_rollbacks_and_deletes(index: Index) -> None:
+    vectors = _vectors(3000)
+    _add(index, range(1, 3001), vectors)
+    probe = _vectors(1, seed=7)[0]
+    assert 9001 not in _nearest(index, probe)  # loads the sketch
+    _add(index, [9001], probe[None, :])
+    assert _nearest(index, probe)[0] == 9001  # a new vector is found at once
+    store = index.writer()
+    with pytest.raises(RuntimeError), atomic(store.conn):  # a write rolled back: never seen
+        store._insert_vector(9002, probe, None)
+        raise RuntimeError("abandoned")
+    _delete(index, [9001])
+    assert 9001 not in _nearest(index, probe) and 9002 not in _nearest(index, probe)
+    _delete(index, list(range(1, 2001)))  # most of it: the sketch compacts
+    left = _nearest(index, vectors[2500], k=3)
+    assert left[0] == 2501 and all(i > 2000 for i in left)
+    with index.reader() as reader:
+        assert reader.reads.sketch is not None and len(reader.reads.sketch) == 1000
+
+
+def test_the_log_is_trimmed_and_a_new_sketch_starts_from_the_file(
+    index: Index, tmp_path: Path
+) -> None:
+    vectors = _vectors(500)
+    _add(index, range(1, 501), vectors)
+    index.tend_sketch()  # what the writer does after a sync: load, then trim
+    with index.reader() as store:
+        assert store.conn.execute("SELECT count(*) FROM vector_log").fetchone()[0] == 0
+    _add(index, [777], vectors[:1] * -1)
+    assert _nearest(index, -vectors[0], k=1) == [777]
+    index.close()
+    again = Index(tmp_path / "i.sqlite", use_vec=False)  # a restart: loaded from the file
+    again.open()
+    try:
+        assert _nearest(again, -vectors[0], k=1) == [777]
+        assert _nearest(again, vectors[41], k=1) == [42]
+    finally:
+        again.close()
+    index.open()  # the fixture closes it
+
+
+def test_a_rebuilt_file_gets_a_new_sketch(index: Index, tmp_path: Path) -> None:
+    vectors = _vectors(300)
+    _add(index, range(1, 301), vectors)
+    assert _nearest(index, vectors[9], k=1) == [10]
+    temp = index.temp_path()
+    conn = index.open_temp(temp)
+    fresh = Store(conn, "plain", DIMS)
+    with atomic(conn):
+        fresh.set_identity(Identity("fake", "m", "k", DIMS, "plain", 400, 80, 512, True).to_dict())
+        fresh.ensure_vector_table()
+        conn.execute(
+            "INSERT INTO chunks (id, path, start_line, end_line, hash, model, text, embedded, "
+            "updated_at) VALUES (5000, 'memory/x.md', 1, 1, '', 'm', 'x', 1, 0)"
+        )
+        fresh._insert_vector(5000, vectors[9], None)
+    conn.close()
+    index.swap_in(temp)
+    assert _nearest(index, vectors[9], k=3) == [5000]
+
+
+def test_first_pass_is_one_percent_within_bounds() -> None:
+    assert first_pass(1_000) == 400 and first_pass(60_000) == 600 and first_pass(10**6) == 1000
+
+
+def test_an_empty_sketch_finds_nothing(index: Index) -> None:
+    assert _nearest(index, _vectors(1)[0]) == []
+    sketch = Sketch(DIMS)
+    assert sketch.candidates(_vectors(1)[0], 10) == []
