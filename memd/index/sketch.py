@@ -88,40 +88,59 @@ class Sketch:
                 self._compact()
 
     def _load(self, conn: apsw.Connection) -> None:
-        conn.execute("BEGIN")  # the vectors and the log position from one snapshot
+        """Read the vectors twice in one snapshot: a sample for the principal directions, then
+        all of them a batch at a time, projected as they come. The whole float matrix (150 MB
+        at 100,000 chunks) is never held, so the daemon does not keep its high-water mark."""
+        conn.execute("BEGIN")
         try:
             row = conn.execute("SELECT max(seq) FROM vector_log").fetchone()
             seq = int(row[0]) if row and row[0] is not None else 0
-            ids: list[int] = []
-            blobs: list[bytes] = []
-            for chunk_id, blob in conn.execute("SELECT id, embedding FROM chunks_vec_plain"):
-                ids.append(int(chunk_id))
-                blobs.append(bytes(blob))
+            row = conn.execute("SELECT count(*) FROM chunks_vec_plain").fetchone()
+            total = int(row[0]) if row else 0
+            step = max(1, total // SAMPLE)
+            sample = _matrix(
+                conn.execute(
+                    "SELECT id, embedding FROM chunks_vec_plain WHERE id % ? = 0", (step,)
+                ),
+                self.dims,
+            )[1]
+            if len(sample) < 2:  # ids not spread out: take the first rows instead
+                sample = _matrix(
+                    conn.execute("SELECT id, embedding FROM chunks_vec_plain LIMIT ?", (SAMPLE,)),
+                    self.dims,
+                )[1]
+            if len(sample):
+                self.mean = sample.mean(axis=0, dtype=np.float64).astype(_F32)
+                # The right singular vectors are the principal directions of the sample.
+                _u, _s, vt = np.linalg.svd(sample - self.mean, full_matrices=False)
+                basis = np.zeros((self.dims, self.width), dtype=_F32)
+                take = min(self.width, vt.shape[0])
+                basis[:, :take] = vt[:take].T
+                self.basis = basis
+            rows = np.zeros((total, self.width), dtype=_F32)
+            ids = np.zeros(total, dtype=np.int64)
+            count = 0
+            cursor = conn.execute("SELECT id, embedding FROM chunks_vec_plain")
+            while True:
+                batch_ids, batch = _matrix(_take(cursor, 4096), self.dims)
+                if not len(batch_ids):
+                    break
+                end = count + len(batch_ids)
+                if end > len(rows):  # written meanwhile by no one (one snapshot), but be safe
+                    rows = np.resize(rows, (end, self.width))
+                    ids = np.resize(ids, end)
+                rows[count:end] = (batch - self.mean) @ self.basis
+                ids[count:end] = batch_ids
+                count = end
         finally:
             conn.execute("COMMIT")
-        matrix = (
-            np.frombuffer(b"".join(blobs), dtype=_F32).reshape(len(ids), self.dims)
-            if ids
-            else np.zeros((0, self.dims), dtype=_F32)
-        )
-        if len(ids):
-            step = max(1, len(ids) // SAMPLE)
-            sample = matrix[::step].astype(np.float64)
-            self.mean = sample.mean(axis=0).astype(_F32)
-            # The right singular vectors are the principal directions of the sample.
-            _u, _s, vt = np.linalg.svd(sample - self.mean, full_matrices=False)
-            basis = np.zeros((self.dims, self.width), dtype=_F32)
-            take = min(self.width, vt.shape[0])
-            basis[:, :take] = vt[:take].T
-            self.basis = basis
-        self.rows = np.ascontiguousarray((matrix - self.mean) @ self.basis, dtype=_F32)
-        self.ids = np.asarray(ids, dtype=np.int64)
-        self.live = np.ones(len(ids), dtype=bool)
-        self.count = len(ids)
-        self.where = {chunk_id: i for i, chunk_id in enumerate(ids)}
+        self.rows, self.ids = rows[:count], ids[:count]
+        self.live = np.ones(count, dtype=bool)
+        self.count = count
+        self.where = {int(chunk_id): i for i, chunk_id in enumerate(self.ids)}
         self.seq = seq
         self._loaded = True
-        logger.debug("vector sketch: %d vectors, %d dims projected", len(ids), self.width)
+        logger.debug("vector sketch: %d vectors, %d dims projected", count, self.width)
 
     def _add(self, chunk_id: int, vector: np.ndarray[Any, np.dtype[np.float32]]) -> None:
         if self.count == len(self.rows):  # grow by half again: amortised O(1) appends
@@ -194,3 +213,23 @@ def _vectors(
         )
         out.update((int(r[0]), np.frombuffer(bytes(r[1]), dtype=_F32)) for r in rows)
     return out
+
+
+def _take(cursor: Any, n: int) -> list[tuple[Any, ...]]:
+    out = []
+    for row in cursor:
+        out.append(row)
+        if len(out) == n:
+            break
+    return out
+
+
+def _matrix(
+    rows: Any, dims: int
+) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.float32]]]:
+    got = list(rows)
+    if not got:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, dims), dtype=_F32)
+    ids = np.fromiter((int(r[0]) for r in got), dtype=np.int64, count=len(got))
+    matrix = np.frombuffer(b"".join(r[1] for r in got), dtype=_F32).reshape(len(got), dims)
+    return ids, matrix
