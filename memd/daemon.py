@@ -12,16 +12,13 @@ start order and the stop order are read (and changed) side by side.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import fcntl
 import functools
-import gc
 import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +33,7 @@ from memd.config import Config
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.embed.select import Choice
+from memd.heap import release_memory
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
@@ -74,15 +72,6 @@ def _log_dream(future: Future[dict[str, Any]], *, name: str) -> None:
         len(r["rem"]["truths"]) + len(r["rem"]["lasting"]),
         len(r["deep"]["applied"]),
     )
-
-
-def release_memory() -> None:
-    """Collect garbage and return the freed heap to the OS (glibc's malloc_trim, on Linux)."""
-    gc.collect()
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-    logger.debug("released memory after a burst of work")
 
 
 def sd_notify(message: str) -> bool:

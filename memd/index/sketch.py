@@ -25,6 +25,8 @@ from typing import Any
 import apsw
 import numpy as np
 
+from memd.heap import release_memory
+
 __all__ = ["PROJECTED_DIMS", "Sketch", "first_pass"]
 
 logger = logging.getLogger(__name__)
@@ -110,13 +112,7 @@ class Sketch:
                     self.dims,
                 )[1]
             if len(sample):
-                self.mean = sample.mean(axis=0, dtype=np.float64).astype(_F32)
-                # The right singular vectors are the principal directions of the sample.
-                _u, _s, vt = np.linalg.svd(sample - self.mean, full_matrices=False)
-                basis = np.zeros((self.dims, self.width), dtype=_F32)
-                take = min(self.width, vt.shape[0])
-                basis[:, :take] = vt[:take].T
-                self.basis = basis
+                self.mean, self.basis = _principal(sample, self.width)
             rows = np.zeros((total, self.width), dtype=_F32)
             ids = np.zeros(total, dtype=np.int64)
             count = 0
@@ -140,6 +136,7 @@ class Sketch:
         self.where = {int(chunk_id): i for i, chunk_id in enumerate(self.ids)}
         self.seq = seq
         self._loaded = True
+        release_memory()  # the batches and the covariance are garbage now: give them back
         logger.debug("vector sketch: %d vectors, %d dims projected", count, self.width)
 
     def _add(self, chunk_id: int, vector: np.ndarray[Any, np.dtype[np.float32]]) -> None:
@@ -233,3 +230,18 @@ def _matrix(
     ids = np.fromiter((int(r[0]) for r in got), dtype=np.int64, count=len(got))
     matrix = np.frombuffer(b"".join(r[1] for r in got), dtype=_F32).reshape(len(got), dims)
     return ids, matrix
+
+
+def _principal(
+    sample: np.ndarray[Any, np.dtype[np.float32]], width: int
+) -> tuple[np.ndarray[Any, np.dtype[np.float32]], np.ndarray[Any, np.dtype[np.float32]]]:
+    """The mean of ``sample`` and its ``width`` principal directions (as columns): the top
+    eigenvectors of its covariance, a dims × dims matrix (an SVD of the sample itself would
+    need workspace the size of the sample, which the allocator then keeps)."""
+    mean = sample.mean(axis=0, dtype=np.float64)
+    centred = sample.astype(np.float64) - mean
+    values, vectors = np.linalg.eigh(centred.T @ centred)  # ascending eigenvalues
+    take = min(width, len(values))
+    basis = np.zeros((sample.shape[1], width), dtype=_F32)
+    basis[:, :take] = vectors[:, ::-1][:, :take]
+    return mean.astype(_F32), basis

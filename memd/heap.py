@@ -1,0 +1,27 @@
+"""Handing freed heap back to the operating system.
+
+glibc keeps a process at its high-water mark: after a burst (a first index, loading the vector
+sketch) the memory is free inside the process but still counted against it. ``release_memory``
+collects garbage and asks glibc to return what it can (malloc_trim); elsewhere it only collects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import logging
+import sys
+
+__all__ = ["release_memory"]
+
+logger = logging.getLogger(__name__)
+
+
+def release_memory() -> None:
+    """Collect garbage and return the freed heap to the OS (glibc's malloc_trim, on Linux)."""
+    gc.collect()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+    logger.debug("released memory after a burst of work")
