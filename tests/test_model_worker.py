@@ -276,7 +276,11 @@ def test_daemon_survives_a_worker_that_dies_on_every_document_batch(tmp_path: Pa
             def crashed() -> dict | None:  # type: ignore[type-arg]
                 st = c.status("crashy")["workspaces"][0]
                 worker = st["provider"]["worker"]
-                return st if worker["restarts"] >= 1 and st["files_indexed"] == 2 else None
+                # the restart is counted as the worker dies; the sync records the error after
+                failed = st["provider"]["last_error"] is not None
+                return (
+                    st if worker["restarts"] >= 1 and st["files_indexed"] == 2 and failed else None
+                )
 
             st = wait_for(crashed, "the worker to crash on a document batch", timeout=60)
             worker = st["provider"]["worker"]

@@ -43,6 +43,7 @@ def first_pass(live: int) -> int:
 
 
 SAMPLE = 8192  # vectors the principal directions are computed from
+RELEASE_AFTER = 10_000  # a load of this many vectors or more hands the freed heap back
 _F32 = np.float32
 
 
@@ -136,7 +137,8 @@ class Sketch:
         self.where = {int(chunk_id): i for i, chunk_id in enumerate(self.ids)}
         self.seq = seq
         self._loaded = True
-        release_memory()  # the batches and the covariance are garbage now: give them back
+        if count >= RELEASE_AFTER:  # the batches and the covariance are garbage: give them back
+            release_memory()
         logger.debug("vector sketch: %d vectors, %d dims projected", count, self.width)
 
     def _add(self, chunk_id: int, vector: np.ndarray[Any, np.dtype[np.float32]]) -> None:
