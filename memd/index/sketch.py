@@ -62,7 +62,10 @@ class Sketch:
         self.ids = np.zeros(0, dtype=np.int64)
         self.live = np.zeros(0, dtype=bool)
         self.count = 0  # rows in use (live or dead)
-        self.where: dict[int, int] = {}  # chunk id -> row
+        # chunk id -> row (-1: none), a dense array: chunk ids are small and mostly used; a
+        # dict of 100,000 Python ints cost 15 MB, this 0.4 MB
+        self.row_of = np.full(0, -1, dtype=np.int32)
+        self.alive = 0
 
     # -- keeping up with the file --------------------------------------------------------------
 
@@ -87,7 +90,7 @@ class Sketch:
                 if vector is not None:
                     self._add(int(chunk_id), vector)
                 self.seq = int(seq)
-            if self.count - len(self.where) > max(1024, self.count // 4):
+            if self.count - self.alive > max(1024, self.count // 4):
                 self._compact()
 
     def _load(self, conn: apsw.Connection) -> None:
@@ -134,7 +137,7 @@ class Sketch:
         self.rows, self.ids = rows[:count], ids[:count]
         self.live = np.ones(count, dtype=bool)
         self.count = count
-        self.where = {int(chunk_id): i for i, chunk_id in enumerate(self.ids)}
+        self._index_rows()
         self.seq = seq
         self._loaded = True
         if count >= RELEASE_AFTER:  # the batches and the covariance are garbage: give them back
@@ -150,13 +153,30 @@ class Sketch:
         self.rows[self.count] = (vector - self.mean) @ self.basis
         self.ids[self.count] = chunk_id
         self.live[self.count] = True
-        self.where[chunk_id] = self.count
+        self._map(chunk_id, self.count)
+        self.alive += 1
         self.count += 1
 
     def _drop(self, chunk_id: int) -> None:
-        row = self.where.pop(chunk_id, None)
-        if row is not None:
+        row = int(self.row_of[chunk_id]) if 0 <= chunk_id < len(self.row_of) else -1
+        if row >= 0:
+            self.row_of[chunk_id] = -1
             self.live[row] = False
+            self.alive -= 1
+
+    def _map(self, chunk_id: int, row: int) -> None:
+        if chunk_id >= len(self.row_of):
+            grown = np.full(max(chunk_id + 1, len(self.row_of) * 3 // 2), -1, dtype=np.int32)
+            grown[: len(self.row_of)] = self.row_of
+            self.row_of = grown
+        self.row_of[chunk_id] = row
+
+    def _index_rows(self) -> None:
+        """Rebuild the id -> row map from ``ids`` (every row live)."""
+        ids = self.ids[: self.count]
+        self.row_of = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int32)
+        self.row_of[ids] = np.arange(len(ids), dtype=np.int32)
+        self.alive = len(ids)
 
     def _compact(self) -> None:
         keep = np.flatnonzero(self.live[: self.count])
@@ -164,12 +184,12 @@ class Sketch:
         self.ids = self.ids[keep]
         self.live = np.ones(len(keep), dtype=bool)
         self.count = len(keep)
-        self.where = {int(c): i for i, c in enumerate(self.ids)}
+        self._index_rows()
 
     # -- searching -----------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.where)
+        return self.alive
 
     def candidates(self, query: np.ndarray[Any, Any], n: int) -> list[int]:
         """The ids of the ``n`` chunks whose projections score best against ``query``'s (all
