@@ -5,19 +5,28 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
 
 from memd_client.errors import IndexError_
 
-__all__ = ["VecSupport", "atomic", "connect", "probe_sqlite_vec", "translate_errors"]
+__all__ = [
+    "VecSupport",
+    "atomic",
+    "connect",
+    "probe_sqlite_vec",
+    "select_in",
+    "translate_errors",
+]
 
 logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 5000
+IN_BATCH = 500  # ids per "IN (...)" list: well under SQLite's limit on bound parameters
 
 
 @dataclass(frozen=True)
@@ -132,3 +141,13 @@ def translate_errors(what: str) -> Iterator[None]:
         raise IndexError_(f"{what}: index is corrupt ({exc}); run a rebuild") from None
     except (apsw.IOError, apsw.CantOpenError) as exc:
         raise IndexError_(f"{what}: I/O error ({exc})") from None
+
+
+def select_in(
+    conn: apsw.Connection, sql: str, ids: Sequence[int], params: Sequence[object] = ()
+) -> Iterator[tuple[Any, ...]]:
+    """The rows of ``sql`` for ``ids``, IN_BATCH at a time: ``{ids}`` in ``sql`` stands for
+    the placeholders of one batch, and ``params`` are bound after them."""
+    for start in range(0, len(ids), IN_BATCH):
+        part = list(ids[start : start + IN_BATCH])
+        yield from conn.execute(sql.format(ids=",".join("?" * len(part))), [*part, *params])

@@ -13,7 +13,8 @@ import apsw
 import numpy as np
 
 from memd.embed.base import Vectors
-from memd.index.sketch import Sketch, first_pass
+from memd.index.db import select_in
+from memd.index.sketch import Sketch, first_pass, stacked
 
 __all__ = ["ChunkRow", "SearchReads"]
 
@@ -145,7 +146,7 @@ class SearchReads:
         if self.vector_store == "vec0":
             return self._knn_vec0(query, sources, limit)
         if self.vector_store == "plain":
-            return self._knn_plain(query, sources, limit)
+            return self._knn_sketch(query, sources, limit)
         return []
 
     def _knn_vec0(
@@ -173,47 +174,13 @@ class SearchReads:
                 return rows[:limit]
             k = min(total, k * 8, 4096)
 
-    def _knn_plain(
-        self, query: Vectors, sources: Sequence[str] | None, limit: int
-    ) -> list[ChunkRow]:
-        if self.sketch is not None:
-            return self._knn_sketch(query, sources, limit)
-        ids, matrix = self.plain_vectors()
-        if not ids:
-            return []
-        sims = matrix @ np.asarray(query, dtype=np.float32)
-        order = np.argsort(-sims)
-        picked: list[ChunkRow] = []
-        wanted = set(sources) if sources else None
-        for start in range(0, len(order), max(limit * 4, 64)):
-            batch = [ids[i] for i in order[start : start + max(limit * 4, 64)]]
-            by_id = {r.id: r for r in self.chunks_by_id(batch)}
-            for i in order[start : start + max(limit * 4, 64)]:
-                row = by_id.get(ids[i])
-                if row is None or (wanted is not None and row.source not in wanted):
-                    continue
-                picked.append(
-                    ChunkRow(
-                        row.id,
-                        row.path,
-                        row.source,
-                        row.start_line,
-                        row.end_line,
-                        row.text,
-                        float(sims[i]),
-                        row.words,
-                    )
-                )
-                if len(picked) >= limit:
-                    return picked
-        return picked
-
     def _knn_sketch(
         self, query: Vectors, sources: Sequence[str] | None, limit: int
     ) -> list[ChunkRow]:
         """The projected pass picks the best few hundred chunks, their stored vectors decide;
         when a source filter leaves fewer than ``limit``, four times as many, and so on."""
-        assert self.sketch is not None
+        if self.sketch is None:  # a store not opened through an Index: a sketch of its own
+            self.sketch = Sketch(self.dims)
         self.sketch.refresh(self.conn)
         q = np.asarray(query, dtype=np.float32)
         n = max(first_pass(len(self.sketch)), limit * 4)
@@ -237,15 +204,11 @@ class SearchReads:
 
     def _of_sources(self, ids: list[int], sources: Sequence[str]) -> list[int]:
         """``ids`` (in order) whose chunk comes from one of ``sources``."""
-        keep: set[int] = set()
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            rows = self.conn.execute(
-                f"SELECT id FROM chunks WHERE id IN ({','.join('?' * len(part))}) "
-                f"AND source IN ({','.join('?' * len(sources))})",
-                [*part, *sources],
-            )
-            keep.update(int(r[0]) for r in rows)
+        sql = (
+            "SELECT id FROM chunks WHERE id IN ({ids}) "
+            f"AND source IN ({','.join('?' * len(sources))})"
+        )
+        keep = {int(r[0]) for r in select_in(self.conn, sql, ids, sources)}
         return [i for i in ids if i in keep]
 
     def chunk_vectors(self, ids: Sequence[int]) -> dict[int, Vectors]:
@@ -255,20 +218,10 @@ class SearchReads:
         table, key = (
             ("chunks_vec", "rowid") if self.vector_store == "vec0" else ("chunks_vec_plain", "id")
         )
-        out: dict[int, Vectors] = {}
-        ids = sorted(ids)  # in key order: neighbouring pages, fewer B-tree descents
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            rows = self.conn.execute(
-                f"SELECT {key}, embedding FROM {table} WHERE {key} IN ({','.join('?' * len(part))})",
-                part,
-            )
-            got = list(rows)
-            if got:  # one buffer for the batch: frombuffer per row costs more than the lookup
-                matrix = np.frombuffer(b"".join(r[1] for r in got), dtype=np.float32)
-                matrix = matrix.reshape(len(got), -1)
-                out.update(zip((int(r[0]) for r in got), matrix, strict=True))
-        return out
+        sql = f"SELECT {key}, embedding FROM {table} WHERE {key} IN ({{ids}})"
+        # in key order: neighbouring pages, fewer B-tree descents
+        found, vectors = stacked(select_in(self.conn, sql, sorted(ids)), self.dims)
+        return dict(zip(found.tolist(), vectors, strict=True))
 
     def line_vectors(self, ids: Sequence[int]) -> dict[int, np.ndarray[Any, np.dtype[np.float16]]]:
         """The line vectors (n, dims) of the chunks ``ids`` that have them, as stored (float16)."""
@@ -283,30 +236,12 @@ class SearchReads:
             for r in rows
         }
 
-    def plain_vectors(self) -> tuple[list[int], Vectors]:
-        """Every stored vector of a numpy-scanned index, as (ids, matrix)."""
-        ids: list[int] = []
-        blobs: list[bytes] = []
-        for chunk_id, blob in self.conn.execute("SELECT id, embedding FROM chunks_vec_plain"):
-            ids.append(int(chunk_id))
-            blobs.append(bytes(blob))
-        if not ids:
-            return [], np.zeros((0, self.dims), dtype=np.float32)
-        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), self.dims)
-        return ids, matrix
-
     def chunks_by_id(self, ids: Iterable[int]) -> list[ChunkRow]:
-        ids = list(ids)
-        out: list[ChunkRow] = []
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            rows = self.conn.execute(
-                "SELECT id, path, source, start_line, end_line, text, 0.0, words FROM chunks "
-                f"WHERE id IN ({','.join('?' * len(part))})",
-                part,
-            )
-            out.extend(ChunkRow(*r) for r in rows)
-        return out
+        sql = (
+            "SELECT id, path, source, start_line, end_line, text, 0.0, words FROM chunks "
+            "WHERE id IN ({ids})"
+        )
+        return [ChunkRow(*r) for r in select_in(self.conn, sql, list(ids))]
 
     def file_ages(self, paths: Iterable[str]) -> dict[str, tuple[str, str | None, int]]:
         """(kind, day, mtime_ns) of each path, for temporal decay."""

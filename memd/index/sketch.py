@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import apsw
 import numpy as np
 
 from memd.heap import release_memory
+from memd.index.db import select_in
 
-__all__ = ["PROJECTED_DIMS", "Sketch", "first_pass"]
+__all__ = ["PROJECTED_DIMS", "Sketch", "first_pass", "stacked"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ def first_pass(live: int) -> int:
 
 
 SAMPLE = 8192  # vectors the principal directions are computed from
+BY_ID = "SELECT id, embedding FROM chunks_vec_plain WHERE id IN ({ids})"
 RELEASE_AFTER = 10_000  # a load of this many vectors or more hands the freed heap back
 _F32 = np.float32
 
@@ -56,6 +57,7 @@ class Sketch:
         self._lock = threading.Lock()
         self._loaded = False
         self.seq = 0  # the last vector_log row applied
+        self.trimmed = 0  # the last vector_log row deleted
         self.mean = np.zeros(dims, dtype=_F32)
         self.basis = np.zeros((dims, self.width), dtype=_F32)
         self.rows = np.zeros((0, self.width), dtype=_F32)
@@ -83,7 +85,8 @@ class Sketch:
             if not changes:
                 return
             added = [int(i) for _s, i, a in changes if a]
-            found = _vectors(conn, added)
+            ids, vectors = stacked(select_in(conn, BY_ID, added), self.dims)
+            found = dict(zip(ids.tolist(), vectors, strict=True))
             for seq, chunk_id, was_added in changes:
                 self._drop(int(chunk_id))
                 vector = found.get(int(chunk_id)) if was_added else None
@@ -104,14 +107,14 @@ class Sketch:
             row = conn.execute("SELECT count(*) FROM chunks_vec_plain").fetchone()
             total = int(row[0]) if row else 0
             step = max(1, total // SAMPLE)
-            sample = _matrix(
+            sample = stacked(
                 conn.execute(
                     "SELECT id, embedding FROM chunks_vec_plain WHERE id % ? = 0", (step,)
                 ),
                 self.dims,
             )[1]
             if len(sample) < 2:  # ids not spread out: take the first rows instead
-                sample = _matrix(
+                sample = stacked(
                     conn.execute("SELECT id, embedding FROM chunks_vec_plain LIMIT ?", (SAMPLE,)),
                     self.dims,
                 )[1]
@@ -122,7 +125,7 @@ class Sketch:
             count = 0
             cursor = conn.execute("SELECT id, embedding FROM chunks_vec_plain")
             while True:
-                batch_ids, batch = _matrix(_take(cursor, 4096), self.dims)
+                batch_ids, batch = stacked(_take(cursor, 4096), self.dims)
                 if not len(batch_ids):
                     break
                 end = count + len(batch_ids)
@@ -214,24 +217,12 @@ class Sketch:
         return [int(i) for i in ids[picked]]
 
     def trim_log(self, conn: apsw.Connection) -> None:
-        """Delete the log rows this sketch has applied (the writer calls it after a sync)."""
+        """Delete the log rows this sketch has applied (the writer calls it after a sync, and
+        between embedding batches: nothing to delete costs no write)."""
         with self._lock:
-            if self._loaded and self.seq:
+            if self._loaded and self.seq > self.trimmed:
                 conn.execute("DELETE FROM vector_log WHERE seq <= ?", (self.seq,))
-
-
-def _vectors(
-    conn: apsw.Connection, ids: Sequence[int]
-) -> dict[int, np.ndarray[Any, np.dtype[np.float32]]]:
-    out: dict[int, np.ndarray[Any, np.dtype[np.float32]]] = {}
-    for start in range(0, len(ids), 500):
-        part = list(ids[start : start + 500])
-        rows = conn.execute(
-            f"SELECT id, embedding FROM chunks_vec_plain WHERE id IN ({','.join('?' * len(part))})",
-            part,
-        )
-        out.update((int(r[0]), np.frombuffer(bytes(r[1]), dtype=_F32)) for r in rows)
-    return out
+                self.trimmed = self.seq
 
 
 def _take(cursor: Any, n: int) -> list[tuple[Any, ...]]:
@@ -243,9 +234,11 @@ def _take(cursor: Any, n: int) -> list[tuple[Any, ...]]:
     return out
 
 
-def _matrix(
+def stacked(
     rows: Any, dims: int
 ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.float32]]]:
+    """(ids, vectors) of (id, float32 blob) rows, the blobs joined into one matrix: a
+    frombuffer per row costs more than reading it."""
     got = list(rows)
     if not got:
         return np.zeros(0, dtype=np.int64), np.zeros((0, dims), dtype=_F32)
