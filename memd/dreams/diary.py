@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from memd.dreams.sharedfile import append_text, snapshot, swap_in
-from memd_client.errors import PathRefused
 
 __all__ = ["DIARY_FILE", "DiaryWrite", "diary_lines", "write_entry"]
 
@@ -66,6 +65,7 @@ def _trim(text: str, room: int) -> tuple[str, int]:
     """Drop the oldest intact entries until ``text`` fits ``room``; returns (text, dropped)."""
     lines = text.splitlines(keepends=True)
     drop: set[int] = set()
+    dropped = 0
     size = len(text)
     for start, end, intact in _entries(lines):
         if size <= room:
@@ -73,18 +73,16 @@ def _trim(text: str, room: int) -> tuple[str, int]:
         if intact:
             drop.update(range(start, end))
             size -= sum(len(lines[i]) for i in range(start, end))
-    kept = "".join(line for i, line in enumerate(lines) if i not in drop)
-    return kept, len({s for s, _e, _ok in _entries(lines) if s in drop})
+            dropped += 1
+    return "".join(line for i, line in enumerate(lines) if i not in drop), dropped
 
 
 def write_entry(root: Path, title: str, body_lines: Sequence[str], *, max_chars: int) -> DiaryWrite:
     """Append one entry to ``root/DREAMS.md``, then keep the file under ``max_chars`` (0: no
     budget) by dropping the oldest entries memd wrote and nobody changed."""
     path = root / DIARY_FILE
-    if path.is_symlink():
-        raise PathRefused(f"{path} is a symlink; memd does not write through it")
-    entry = render(title, body_lines)
-    append_text(path, entry, header=HEADER + "\n")
+    # a symlinked DREAMS.md is refused (PathRefused) by append_text's no-follow open
+    append_text(path, render(title, body_lines), header=HEADER + "\n")
     result = DiaryWrite(str(path))
     if max_chars <= 0:
         return result

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 
 from memd.atomicfile import write_atomic
 from memd.dreams.diary import diary_lines, write_entry
-from memd.dreams.dreaming import candidate_dict
+from memd.dreams.dreaming import candidate_dict, promote
 from memd.dreams.light import (
     DAILY_LOOKBACK_DAYS,
     LightSettings,
@@ -36,8 +36,7 @@ from memd.dreams.light import (
     sources_of,
     stage,
 )
-from memd.dreams.phases import PhaseHits, PhaseSignals
-from memd.dreams.promote import apply_promotions
+from memd.dreams.phases import Phase, PhaseHits, PhaseSignals
 from memd.dreams.ranking import SCHEDULED, Candidate, Thresholds, score_all, verdict
 from memd.dreams.recall_store import RecallEntry, RecallStore, iso_time
 from memd.dreams.rem import RemSettings, Truth, ground, reflect
@@ -96,14 +95,10 @@ def _window(entries: Mapping[str, RecallEntry], now: dt.datetime) -> list[Recall
     return [e for e in entries.values() if entry_within(e, now, DAILY_LOOKBACK_DAYS)]
 
 
-def _hit(phases: dict[str, PhaseHits], keys: Sequence[str], phase: str, stamp: str) -> None:
+def _hit(phases: dict[str, PhaseHits], keys: Sequence[str], phase: Phase, stamp: str) -> None:
     """What PhaseSignals.record writes, on the in-memory copy (so Deep sees this run's hits)."""
     for key in keys:
-        h = phases.setdefault(key, PhaseHits(key))
-        if phase == "light":
-            h.light_hits, h.last_light_at = h.light_hits + 1, stamp
-        else:
-            h.rem_hits, h.last_rem_at = h.rem_hits + 1, stamp
+        phases.setdefault(key, PhaseHits(key)).hit(phase, stamp)
 
 
 def _why(c: Candidate) -> str:
@@ -257,28 +252,9 @@ def run_dream(
                 "applied": [],
             }
             if apply and chosen:
-                outcome = apply_promotions(
-                    root, chosen, day=local.date(), max_chars=options.memory_max_chars
+                deep.update(
+                    promote(store, chosen, day=local.date(), max_chars=options.memory_max_chars)
                 )
-                updates: dict[str, Mapping[str, Any]] = {
-                    a.key: {"start_line": a.start_line, "end_line": a.end_line, "snippet": a.text}
-                    for a in outcome.applied
-                }
-                updates.update({key: {} for key in outcome.already_present})
-                if updates:
-                    store.mark_promoted(updates)
-                deep["applied"] = [
-                    {
-                        "key": a.key,
-                        "path": a.path,
-                        "start_line": a.start_line,
-                        "end_line": a.end_line,
-                    }
-                    for a in outcome.applied
-                ]
-                deep["skipped"] = [list(s) for s in outcome.skipped]
-                deep["already_present"] = list(outcome.already_present)
-                deep["dropped_sections"] = outcome.dropped_sections
             result["deep"] = deep
         result["similarity"] = (
             f"words and meaning (cosine >= {meaning.threshold:g})"

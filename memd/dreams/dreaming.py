@@ -4,8 +4,8 @@ MEMORY.md and mark them promoted."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -15,7 +15,7 @@ from memd.dreams.promote import apply_promotions
 from memd.dreams.ranking import Candidate, Thresholds, rank, score_all, score_entry, verdict
 from memd.dreams.recall_store import RecallStore
 
-__all__ = ["candidate_dict", "run_promotion"]
+__all__ = ["candidate_dict", "promote", "run_promotion"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,33 @@ def candidate_dict(c: Candidate) -> dict[str, Any]:
         "age_days": round(c.age_days, 2),
         "promoted_at": e.promoted_at,
         "lasting": c.lasting,
+    }
+
+
+def promote(
+    store: RecallStore, candidates: Sequence[Candidate], *, day: date, max_chars: int
+) -> dict[str, Any]:
+    """Write ``candidates`` into MEMORY.md as a section dated ``day`` and mark them promoted
+    in ``store``; the reply's ``applied``, ``skipped``, ``already_present`` and
+    ``dropped_sections``."""
+    outcome = apply_promotions(store.root, candidates, day=day, max_chars=max_chars)
+    updates: dict[str, Mapping[str, Any]] = {
+        a.key: {"start_line": a.start_line, "end_line": a.end_line, "snippet": a.text}
+        for a in outcome.applied
+    }
+    updates.update({key: {} for key in outcome.already_present})
+    if updates:
+        store.mark_promoted(updates)
+    if outcome.applied:
+        logger.info("promoted %d memories into %s", len(outcome.applied), outcome.memory_path)
+    return {
+        "applied": [
+            {"key": a.key, "path": a.path, "start_line": a.start_line, "end_line": a.end_line}
+            for a in outcome.applied
+        ],
+        "skipped": [list(s) for s in outcome.skipped],
+        "already_present": list(outcome.already_present),
+        "dropped_sections": outcome.dropped_sections,
     }
 
 
@@ -83,20 +110,5 @@ def run_promotion(
     if apply and candidates:
         tz = ZoneInfo(timezone) if timezone else None
         day = now.astimezone(tz).date() if tz else now.astimezone().date()
-        outcome = apply_promotions(root, candidates, day=day, max_chars=max_chars)
-        updates = {
-            a.key: {"start_line": a.start_line, "end_line": a.end_line, "snippet": a.text}
-            for a in outcome.applied
-        }
-        updates.update({key: {} for key in outcome.already_present})
-        if updates:
-            store.mark_promoted(updates)
-        result["applied"] = [
-            {"key": a.key, "path": a.path, "start_line": a.start_line, "end_line": a.end_line}
-            for a in outcome.applied
-        ]
-        result["skipped"] = [list(s) for s in outcome.skipped]
-        result["already_present"] = list(outcome.already_present)
-        result["dropped_sections"] = outcome.dropped_sections
-        logger.info("promoted %d memories into %s", len(outcome.applied), outcome.memory_path)
+        result.update(promote(store, candidates, day=day, max_chars=max_chars))
     return result

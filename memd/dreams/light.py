@@ -28,7 +28,7 @@ from typing import Any
 from memd.atomicfile import write_atomic
 from memd.dreams.daily import DAILY_SCORE, daily_snippets
 from memd.dreams.phases import PhaseHits
-from memd.dreams.recall_store import RecallEntry, RecallStore
+from memd.dreams.recall_store import RecallEntry, RecallStore, parse_time
 from memd.dreams.similar import Group, Meaning, dedupe
 
 __all__ = [
@@ -91,13 +91,8 @@ def entry_within(entry: RecallEntry, now: dt.datetime, days: int) -> bool:
         return True
     if entry.daily_count > 0 and entry.recall_count == 0 and entry.grounded_count == 0:
         return False
-    try:
-        last = dt.datetime.fromisoformat(entry.last_recalled_at.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    if last.tzinfo is None:
-        last = last.replace(tzinfo=dt.UTC)
-    return last >= now - dt.timedelta(days=max(0, days))
+    last = parse_time(entry.last_recalled_at)
+    return last is not None and last >= now - dt.timedelta(days=max(0, days))
 
 
 def _state_path(root: Path) -> Path:

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 from memd.atomicfile import write_atomic
 from memd.dreams.recall_lock import file_lock
-from memd.dreams.recall_store import LOCK_NAME, iso_time
+from memd.dreams.recall_store import LOCK_NAME, iso_time, parse_time
 
-__all__ = ["MAX_HITS", "PHASE_SIGNALS", "PhaseHits", "PhaseSignals", "phase_boost"]
+__all__ = ["MAX_HITS", "PHASE_SIGNALS", "Phase", "PhaseHits", "PhaseSignals", "phase_boost"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,13 @@ class PhaseHits:
     rem_hits: int = 0
     last_light_at: str | None = None
     last_rem_at: str | None = None
+
+    def hit(self, phase: Phase, stamp: str) -> None:
+        """Count one ``phase`` hit at ``stamp`` (capped at MAX_HITS)."""
+        if phase == "light":
+            self.light_hits, self.last_light_at = min(MAX_HITS, self.light_hits + 1), stamp
+        else:
+            self.rem_hits, self.last_rem_at = min(MAX_HITS, self.rem_hits + 1), stamp
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -74,15 +81,8 @@ class PhaseHits:
 
 
 def _days_since(stamp: str | None, now: dt.datetime) -> float | None:
-    if not stamp:
-        return None
-    try:
-        then = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if then.tzinfo is None:
-        then = then.replace(tzinfo=dt.UTC)
-    return max(0.0, (now - then).total_seconds() / 86_400.0)
+    then = parse_time(stamp)
+    return None if then is None else max(0.0, (now - then).total_seconds() / 86_400.0)
 
 
 def _strength(hits: int) -> float:
@@ -149,13 +149,7 @@ class PhaseSignals:
         with file_lock(self.dir / LOCK_NAME):  # the recall store's: one lock for the folder
             entries = self.load()
             for key in wanted:
-                hits = entries.setdefault(key, PhaseHits(key))
-                if phase == "light":
-                    hits.light_hits = min(MAX_HITS, hits.light_hits + 1)
-                    hits.last_light_at = stamp
-                else:
-                    hits.rem_hits = min(MAX_HITS, hits.rem_hits + 1)
-                    hits.last_rem_at = stamp
+                entries.setdefault(key, PhaseHits(key)).hit(phase, stamp)
             if known is not None:
                 entries = {k: v for k, v in entries.items() if k in known}
             body = {

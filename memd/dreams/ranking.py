@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from memd.dreams.lasting import lasting_reason
 from memd.dreams.phases import PhaseHits, phase_boost
-from memd.dreams.recall_store import RecallEntry, is_promotable, is_short_term
+from memd.dreams.recall_store import RecallEntry, is_promotable, is_short_term, parse_time
 
 __all__ = [
     "MANUAL",
@@ -101,13 +101,8 @@ def consolidation(recall_days: Sequence[str], grounded_count: int = 0) -> float:
 
 def _age_days(entry: RecallEntry, now: dt.datetime) -> float:
     """Days since the last recall; 0 when the timestamp does not parse (as OpenClaw does)."""
-    try:
-        last = dt.datetime.fromisoformat(entry.last_recalled_at)
-    except ValueError:
-        return 0.0
-    if last.tzinfo is None:
-        last = last.replace(tzinfo=dt.UTC)
-    return max(0.0, (now - last).total_seconds() / _DAY_S)
+    last = parse_time(entry.last_recalled_at)
+    return 0.0 if last is None else max(0.0, (now - last).total_seconds() / _DAY_S)
 
 
 def score_entry(

@@ -48,6 +48,7 @@ __all__ = [
     "is_promotable",
     "is_short_term",
     "iso_time",
+    "parse_time",
     "query_hash",
 ]
 
@@ -78,6 +79,18 @@ def entry_key(path: str, start_line: int, end_line: int) -> str:
 def iso_time(moment: dt.datetime) -> str:
     """A JavaScript-style UTC timestamp: ``2026-04-01T12:00:00.000Z``."""
     return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_time(stamp: str | None) -> dt.datetime | None:
+    """A timestamp of the stores (``iso_time``'s, or any ISO form; UTC when it names no zone),
+    or None when there is none or it does not parse."""
+    if not stamp:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.UTC)
 
 
 def _recent_distinct(items: Sequence[str], new: str | None, cap: int) -> list[str]:

@@ -180,28 +180,27 @@ def ground(
     returns how many were new (a day already credited is not counted again)."""
     added = 0
     for truth in truths:
-        lead = truth.group.entry
+        lead = entries[truth.key]  # every group is made of ``entries``
         for member in truth.group.members[1:]:
             day = note_day(member)
             if not day or day == note_day(lead):
                 continue
-            before = entries[lead.key].grounded_count if lead.key in entries else 0
+            before = lead.grounded_count
+            result = {
+                "path": lead.path,
+                "start_line": lead.start_line,
+                "end_line": lead.end_line,
+                "snippet": lead.snippet,
+                "score": average_score(member),
+            }
             store.count(
                 entries,
                 GROUNDED_QUERY.format(day=day),
-                [
-                    {
-                        "path": lead.path,
-                        "start_line": lead.start_line,
-                        "end_line": lead.end_line,
-                        "snippet": entries[lead.key].snippet if lead.key in entries else "",
-                        "score": average_score(member),
-                    }
-                ],
+                [result],
                 when,
                 signal="grounded",
                 day=day,
                 dedupe=True,
             )
-            added += entries[lead.key].grounded_count - before if lead.key in entries else 0
+            added += lead.grounded_count - before
     return added

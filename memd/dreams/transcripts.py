@@ -31,7 +31,6 @@ from memd.dreams.daily import DAILY_SCORE
 from memd.dreams.light import within_lookback
 from memd.dreams.recall_store import is_promotable
 from memd.dreams.sharedfile import append_text
-from memd_client.errors import PathRefused
 
 __all__ = [
     "CORPUS_DIR",
@@ -194,19 +193,18 @@ def write_corpus(root: Path, day: str, lines: Sequence[str]) -> list[Mapping[str
     folder = root / CORPUS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{day}.txt"
-    if path.is_symlink():
-        raise PathRefused(f"{path} is a symlink; memd does not write through it")
     try:
-        before = path.read_bytes().decode("utf-8", "replace").splitlines()
+        before = 0 if path.is_symlink() else len(path.read_bytes().splitlines())
     except FileNotFoundError:
-        before = []
+        before = 0
+    # a symlink is refused (PathRefused) by append_text's no-follow open
     append_text(path, "".join(f"{line}\n" for line in lines))
     rel = f"{CORPUS_DIR}/{day}.txt"
     return [
         {
             "path": rel,
-            "start_line": len(before) + i,
-            "end_line": len(before) + i,
+            "start_line": before + i,
+            "end_line": before + i,
             "snippet": line,
             "score": DAILY_SCORE,
         }
