@@ -11,8 +11,20 @@ are sampled every second; the report gives their first and last values and the s
 Clients are threads of this process, or of --procs processes; the report says whether the
 client side kept up (its CPU share of one core and how late requests left).
 
+The other held-load scenarios (reliability notes G8.2–G8.5) run on top of this load:
+
+- ``--bulk-edit AT:N`` rewrites N indexed files at once AT seconds into the measured run (a
+  ``git checkout``; with --model, new text the embedder must embed: the embed lane saturated)
+  and reports how long the index took to catch up, and each kind's latency before, during and
+  after (the editor pauses meanwhile, so "caught up" means no file pending);
+- ``--churn RATE`` adds connect / one ``get`` / close cycles at RATE per second on their own
+  schedule, with the time from connect to first reply;
+- a long ``--seconds`` is the soak: the resource trend is reported per ten minutes and as the
+  slope after the first five minutes, besides the slope over the whole run.
+
     python bench/load_bench.py [--clients 64] [--rate 500] [--seconds 120] [--copies 25]
-                               [--procs 1] [--model PATH] [--json OUT]
+                               [--procs 1] [--model PATH] [--bulk-edit AT:N] [--churn RATE]
+                               [--json OUT]
 """
 
 from __future__ import annotations
@@ -147,17 +159,26 @@ class Sampler:
             self.samples.append(self.sample())
 
     def report(self) -> dict[str, Any]:
+        """First, last and highest value of each resource, its slope over the whole run and
+        after the first five minutes (when the run is longer than ten), and for runs of ten
+        minutes or more the median of each ten-minute window: a trend, not one noisy end."""
         if not self.samples:
             return {}
         out: dict[str, Any] = {}
         for key in self.samples[0]:
             ys = [s[key] for s in self.samples]
-            out[key] = {
+            row: dict[str, Any] = {
                 "start": ys[0],
                 "end": ys[-1],
                 "max": max(ys),
                 "slope_per_min": round(slope_per_min(ys), 3),
             }
+            if len(ys) > 600:
+                row["slope_per_min_after_5_min"] = round(slope_per_min(ys[300:]), 3)
+                row["median_per_10_min"] = [
+                    statistics.median(ys[i : i + 600]) for i in range(0, len(ys) - 599, 600)
+                ]
+            out[key] = row
         return out
 
 
@@ -182,6 +203,7 @@ def run_clients(
     unsent at ``deadline`` (an overloaded daemon's backlog) are counted, not sent."""
     clients = [memd_client.connect(sock, timeout=30) for _ in plans]
     lat: dict[str, list[float]] = {k: [] for k in KINDS}
+    timeline: list[tuple[float, str, float]] = []  # (offset, kind, ms) of measured replies
     lag: list[float] = []
     errors: list[str] = []
     unsent = [0]
@@ -190,7 +212,7 @@ def run_clients(
     me = psutil.Process()
 
     def loop(c: memd_client.Client, plan: Plan) -> None:
-        mine: list[tuple[str, float, float]] = []
+        mine: list[tuple[str, float, float, float]] = []
         bad: list[str] = []
         for n, (offset, kind, arg) in enumerate(plan):
             if time.monotonic() > deadline:
@@ -210,11 +232,13 @@ def run_clients(
             with lock:
                 done[0] += 1
             if offset >= warmup:
-                mine.append((kind, (time.monotonic() - due) * 1000, (sent - due) * 1000))
+                ms = (time.monotonic() - due) * 1000
+                mine.append((kind, ms, (sent - due) * 1000, offset))
         with lock:
-            for kind, ms, late in mine:
+            for kind, ms, late, offset in mine:
                 lat[kind].append(ms)
                 lag.append(late)
+                timeline.append((offset, kind, ms))
             errors.extend(bad)
 
     cpu0 = me.cpu_times()
@@ -232,6 +256,7 @@ def run_clients(
     cpu1 = me.cpu_times()
     return {
         "latencies": lat,
+        "timeline": timeline,
         "send_lag": lag,
         "errors": errors,
         "unsent": unsent[0],
@@ -239,6 +264,83 @@ def run_clients(
         "cpu_s": (cpu1.user + cpu1.system) - (cpu0.user + cpu0.system),
         "end": time.monotonic(),
     }
+
+
+def churn(sock: str, rel: str, rate: float, start: float, end: float) -> dict[str, Any]:
+    """Connect, ``get`` one file, close: ``rate`` cycles a second from monotonic ``start`` to
+    ``end``, in a process of its own (the 64 client threads would otherwise share its GIL).
+    Reports the time from connect to the first reply, and the rate achieved."""
+    ttfr: list[float] = []
+    errors: list[str] = []
+    n = 0
+    while (due := start + n / rate) < end:
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        t = time.monotonic()
+        try:
+            with memd_client.connect(sock, timeout=10) as c:
+                c.get("load", rel)
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        else:
+            ttfr.append((time.monotonic() - t) * 1000)
+        n += 1
+    return {
+        "offered_per_s": rate,
+        "achieved_per_s": round(len(ttfr) / max(1e-9, time.monotonic() - start), 1),
+        "errors": len(errors),
+        "first_errors": errors[:5],
+        "connect_to_first_reply": summary(ttfr),
+    }
+
+
+class BulkEdit:
+    """Rewrite ``n`` indexed files at once (a header line added: every chunk of the file
+    changes) and time how long the index takes to have none pending and none unembedded."""
+
+    def __init__(self, ws: Path, rels: list[str], n: int) -> None:
+        self.ws = ws
+        self.rels = [r for r in rels if "/hot/" not in r][:n]
+        self.paused = threading.Event()  # the hot-file editor waits while this is set
+        self.result: dict[str, Any] = {"files": len(self.rels)}
+
+    def run(self, sock: str, at: float, stop: threading.Event) -> None:
+        if stop.wait(max(0.0, at - time.monotonic())):
+            return
+        self.paused.set()
+        try:
+            t = time.monotonic()
+            for i, rel in enumerate(self.rels):
+                path = self.ws / rel
+                path.write_text(f"Revision bulkrev{i} of this note.\n\n" + path.read_text())
+            self.result["write_s"] = round(time.monotonic() - t, 2)
+            with memd_client.connect(sock, timeout=None) as c:
+                while not stop.is_set():
+                    fresh = c.status(workspace="load")["workspaces"][0]["freshness"]
+                    if fresh["pending_files"] == 0 and fresh["unembedded_files"] == 0:
+                        break
+                    time.sleep(0.25)
+                self.result["caught_up_s"] = round(time.monotonic() - t, 2)
+                last = f"bulkrev{len(self.rels) - 1}"
+                hits = c.search("load", last, mode="keyword")["results"]
+                self.result["last_file_found"] = any(h["path"] == self.rels[-1] for h in hits)
+        finally:
+            self.paused.clear()
+        self.result["window"] = (t, time.monotonic())
+
+
+def windows(
+    timeline: list[tuple[float, str, float]], cuts: dict[str, tuple[float, float]]
+) -> dict[str, Any]:
+    """Each kind's latency summary within each named window of schedule offsets."""
+    out: dict[str, Any] = {}
+    for name, (lo, hi) in cuts.items():
+        out[name] = {
+            k: summary([ms for off, kind, ms in timeline if kind == k and lo <= off < hi])
+            for k in KINDS
+        }
+    return out
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -256,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--copies", type=int, default=25)
     ap.add_argument("--procs", type=int, default=1, help="client processes")
     ap.add_argument("--home", default="", help="reuse this MEMD_HOME (corpus, caches)")
+    ap.add_argument("--bulk-edit", default="", metavar="AT:N", help="rewrite N files at AT s")
+    ap.add_argument("--churn", type=float, default=0.0, help="connect/get/close cycles per second")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
 
@@ -299,10 +403,16 @@ def main(argv: list[str] | None = None) -> int:
 
         sampler = Sampler(proc.pid, home / "state" / "indexes")
         versions = [0] * HOT
+        bulk: BulkEdit | None = None
+        if args.bulk_edit:
+            at, n = args.bulk_edit.split(":")
+            bulk = BulkEdit(ws, rels, int(n))
 
         def editor() -> None:
             rng = random.Random(3)
             while not stop.wait(0.1):
+                if bulk is not None and bulk.paused.is_set():
+                    continue
                 for k in rng.sample(range(HOT), 3):
                     versions[k] += 1
                     (ws / "memory" / "hot" / f"note-{k}.md").write_text(hot_text(k, versions[k]))
@@ -316,8 +426,27 @@ def main(argv: list[str] | None = None) -> int:
                 target=sampler.run, args=(t0 + args.warmup, args.seconds, stop), name="sampler"
             ),
         ]
+        if bulk is not None:
+            side.append(
+                threading.Thread(
+                    target=bulk.run,
+                    args=(str(sock), t0 + args.warmup + float(at), stop),
+                    name="bulk-edit",
+                )
+            )
         for worker in side:
             worker.start()
+        churner = None
+        if args.churn:
+            churn_pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            churner = churn_pool.submit(
+                churn,
+                str(sock),
+                rels[0],
+                args.churn,
+                t0 + args.warmup,
+                t0 + args.warmup + args.seconds,
+            )
         me = psutil.Process()
         cpu0 = me.cpu_times()
         try:
@@ -333,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                     parts = [f.result() for f in futures]
         finally:
+            if churner is not None:
+                result["churn"] = churner.result()
+                churn_pool.shutdown()
             stop.set()
             for worker in side:
                 worker.join()
@@ -366,6 +498,13 @@ def main(argv: list[str] | None = None) -> int:
     result["errors"] = len(errors)
     result["first_errors"] = errors[:10]
     result["latency_from_schedule"] = {k: summary(v) for k, v in lat.items()}
+    if bulk is not None and "window" in bulk.result:
+        lo, hi = (w - t0 for w in bulk.result.pop("window"))
+        result["bulk_edit"] = bulk.result
+        timeline = [e for p in parts for e in p["timeline"]]
+        result["bulk_edit"]["latency"] = windows(
+            timeline, {"before": (args.warmup, lo), "during": (lo, hi), "after": (hi, 1e9)}
+        )
     result["all_kinds"] = summary([ms for v in lat.values() for ms in v])
     # send_lag: how late requests left their client (it includes waiting for the previous
     # reply on the same connection). A client process near one full core means its own GIL

@@ -33,7 +33,7 @@ from memd.config import Config
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.embed.select import Choice
-from memd.heap import release_memory
+from memd.heap import release_memory, trim_heap
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
@@ -57,6 +57,9 @@ HEALTH_EVERY_S = 5.0
 # After a burst of indexing, how long the daemon waits for quiet before handing freed memory
 # back to the OS (glibc keeps a process at its high-water mark otherwise).
 RELEASE_AFTER_S = 10.0
+# Under load the writer is rarely quiet for RELEASE_AFTER_S: free heap is trimmed this often
+# anyway (malloc_trim alone, no garbage collection; about a millisecond).
+TRIM_EVERY_S = 30.0
 
 
 def _log_dream(future: Future[dict[str, Any]], *, name: str) -> None:
@@ -176,6 +179,7 @@ class Daemon:
         next_dream_check = time.monotonic()
         next_sessions_check = time.monotonic()
         next_release = time.monotonic() + RELEASE_AFTER_S
+        next_trim = time.monotonic() + TRIM_EVERY_S
         work_seen = 0
         while not self.should_exit.wait(0.25):
             now = time.monotonic()
@@ -189,6 +193,9 @@ class Daemon:
             elif now >= next_release:
                 next_release = float("inf")  # until the next burst of work
                 release_memory()
+            if now >= next_trim:
+                next_trim = now + TRIM_EVERY_S
+                trim_heap()
             if self.reload_requested.is_set():
                 self.reload_requested.clear()
                 self.reload()
