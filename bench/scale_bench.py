@@ -8,8 +8,15 @@ For each size: the first index (vectors from the cache), single-client latency o
 hybrid search, throughput with 1, 4, 16 and 64 concurrent clients, the daemon's RSS idle and
 under load, and the index size; then each figure as a ratio of the smallest size's.
 
+With --old DIR (a checkout of earlier code, e.g. ``git worktree add DIR COMMIT``) each size is
+also served by that code, from a home of its own, one after the other in the same run, and
+the report sets the two side by side. For the new code's index two more figures come from
+the file itself once the daemon has stopped: the vector fast path's recall of the exact top
+ten (every stored vector scored, against the sketch's answer), and whether the keyword top k
+found without ranking every match equals FTS5's plain ranking, with both timed.
+
     python bench/scale_bench.py [--copies 3,25,250] [--queries 200] [--home DIR]
-                                [--seed-cache FILE] [--json OUT]
+                                [--seed-cache FILE] [--old DIR] [--json OUT]
 
 Homes are kept, so a second run reuses the built indexes (its index time is then not a
 first index and is reported as null).
@@ -19,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import statistics
 import sys
 import tempfile
 import threading
@@ -27,9 +36,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 
 import memd_client
+from memd.embed.process import ProcessEmbedder
+from memd.index import bm25
+from memd.index.db import connect
+from memd.index.sketch import Sketch, stacked
+from memd.index.store import Store
+from memd.search import keyword_match
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -70,12 +86,20 @@ class PeakRss:
 
 
 def measure(
-    home: Path, sock: Path, model: str, copies: int, questions: list[str], clients: list[int]
+    home: Path,
+    sock: Path,
+    model: str,
+    copies: int,
+    questions: list[str],
+    clients: list[int],
+    code: Path | None = None,
 ) -> dict[str, Any]:
+    """One size served by this checkout's memd, or by the one at ``code``."""
     name = "scale"
     ws_root = home / "workspace"
-    row: dict[str, Any] = {"copies": copies}
-    proc = start_daemon(home, sock, "local", model)
+    row: dict[str, Any] = {"copies": copies, "code": str(code) if code else "this checkout"}
+    env = {"PYTHONPATH": f"{code}{os.pathsep}{code / 'client'}"} if code else None
+    proc = start_daemon(home, sock, "local", model, env)
     try:
         with memd_client.connect(sock, timeout=None) as c:
             known = {w["name"] for w in c.workspace_list()["workspaces"]}
@@ -100,6 +124,98 @@ def measure(
     finally:
         stop_daemon(proc)
     return row
+
+
+def index_file(home: Path) -> Path:
+    return next((home / "state" / "indexes").glob("*.sqlite"))
+
+
+def query_vectors(model: str, questions: list[str]) -> np.ndarray[Any, np.dtype[np.float32]]:
+    embedder = ProcessEmbedder(model, threads=2)
+    try:
+        return np.stack([embedder.embed_query(q) for q in questions]).astype(np.float32)
+    finally:
+        embedder.close()
+
+
+def fast_path_recall(path: Path, queries: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """The sketch's top ten against every stored vector scored (a hit counts when its exact
+    score reaches the tenth's), on the index file as the daemon left it."""
+    conn = connect(path, load_vec=False, readonly=True)
+    try:
+        first = conn.execute("SELECT embedding FROM chunks_vec_plain LIMIT 1").fetchone()
+        dims = len(first[0]) // 4 if first else 0  # float32
+        _, vectors = stacked(conn.execute("SELECT id, embedding FROM chunks_vec_plain"), dims)
+        store = Store(conn, "plain", vectors.shape[1], Sketch(vectors.shape[1]))
+        recall = []
+        for q in queries:
+            tenth = np.sort(vectors @ q)[-10]
+            fast = store.reads.vector_candidates(q, None, 24)[:10]
+            recall.append(sum(r.score >= tenth - 1e-6 for r in fast) / 10)
+    finally:
+        conn.close()
+    return {"recall_at_10": round(statistics.fmean(recall), 4), "recall_min": min(recall)}
+
+
+def keyword_bound(path: Path, questions: list[str], k: int = 24) -> dict[str, Any]:
+    """The bounded keyword top k against FTS5's plain ranking on the same file: equal lists,
+    and each one's time (the FTS5 statements alone)."""
+    conn = connect(path, load_vec=False, readonly=True)
+    try:
+        reads = Store(conn, "none", 0).reads
+        plain_ms, bounded_ms, equal, asked = [], [], 0, 0
+        for q in questions:
+            match, _ = keyword_match(q, reads.doc_freqs)
+            if not match:
+                continue
+            t0 = time.perf_counter()
+            plain = bm25._plain(conn, match, k)
+            t1 = time.perf_counter()
+            bounded = bm25.top_ranked(conn, match, k, reads.doc_freqs)
+            t2 = time.perf_counter()
+            plain_ms.append((t1 - t0) * 1000)
+            bounded_ms.append((t2 - t1) * 1000)
+            asked += 1
+            equal += len(plain) == len(bounded) and all(
+                abs(a[1] - b[1]) <= 1e-9 * abs(a[1]) for a, b in zip(plain, bounded, strict=True)
+            )
+    finally:
+        conn.close()
+    return {
+        "queries": asked,
+        "same_ranking": equal,
+        "plain": summary(plain_ms),
+        "bounded": summary(bounded_ms),
+    }
+
+
+def side_by_side(rows: list[dict[str, Any]]) -> str:
+    """The issue's table: each figure, old → new, per size."""
+    out = [
+        "| measure | " + " | ".join(f"{r['chunks']:,} chunks ({r['code']})" for r in rows) + " |"
+    ]
+    out.append("|---" * (len(rows) + 1) + "|")
+
+    def line(label: str, cell: Any) -> None:
+        out.append(f"| {label} | " + " | ".join(cell(r) for r in rows) + " |")
+
+    for mode in ("keyword", "hybrid"):
+        line(
+            f"{mode} p50 / p99 ms",
+            lambda r, m=mode: f"{r[f'{m}_latency']['p50_ms']} / {r[f'{m}_latency']['p99_ms']}",
+        )
+        line(
+            f"{mode} 16 clients vs 1",
+            lambda r, m=mode: (
+                f"{r[f'{m}_throughput_rps']['16'] / r[f'{m}_throughput_rps']['1']:.2f}x"
+                if "16" in r[f"{m}_throughput_rps"]
+                else "-"
+            ),
+        )
+    line("idle RSS (MB)", lambda r: str(r["rss_idle_mb"]))
+    line("RSS after the client runs (MB)", lambda r: str(r["rss_loaded_mb"]))
+    line("vector recall@10", lambda r: str(r.get("vector", {}).get("recall_at_10", "-")))
+    return "\n".join(out)
 
 
 def growth(rows: list[dict[str, Any]]) -> None:
@@ -128,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", default="1,4,16,64")
     ap.add_argument("--home", default="", help="keep each size's MEMD_HOME under this folder")
     ap.add_argument("--seed-cache", default="", help="a filled embedding-cache.sqlite to copy")
+    ap.add_argument("--old", default="", help="a checkout of earlier code to run side by side")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
 
@@ -139,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     sock_dir = Path(tempfile.mkdtemp(prefix="memd-s-", dir="/tmp"))
     seed = Path(args.seed_cache) if args.seed_cache else None
     rows: list[dict[str, Any]] = []
+    old_rows: list[dict[str, Any]] = []
     try:
         for copies in (int(c) for c in args.copies.split(",")):
             home = root / f"size-{copies}"
@@ -149,20 +267,46 @@ def main(argv: list[str] | None = None) -> int:
                 cache.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(seed, cache)
             row = measure(home, sock_dir / "memd.sock", args.model, copies, questions, clients)
+            row["vector"] = fast_path_recall(index_file(home), query_vectors(args.model, questions))
+            row["keyword_bound"] = keyword_bound(index_file(home), questions)
             print(json.dumps(row), flush=True)
             rows.append(row)
             seed = seed or cache  # the first size filled it: the others start from it
+            if args.old:
+                old_home = root / f"size-{copies}-old"
+                if not (old_home / "workspace").exists():
+                    old_home.mkdir(parents=True, exist_ok=True)
+                    shutil.copytree(home / "workspace", old_home / "workspace")
+                old_cache = old_home / "state" / "embedding-cache.sqlite"
+                if not old_cache.exists():
+                    old_cache.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(seed, old_cache)
+                old = measure(
+                    old_home,
+                    sock_dir / "memd.sock",
+                    args.model,
+                    copies,
+                    questions,
+                    clients,
+                    code=Path(args.old).resolve(),
+                )
+                print(json.dumps(old), flush=True)
+                old_rows.append(old)
     finally:
         shutil.rmtree(sock_dir, ignore_errors=True)
     growth(rows)
-    result = {
+    result: dict[str, Any] = {
         **environment(),
         "code": code_state(),
         "model": Path(args.model).name,
         "queries": len(questions),
         "sizes": rows,
     }
+    if old_rows:
+        result["old_code"] = old_rows
     print(json.dumps(result, indent=2))
+    pairs = [r for new, old in zip(rows, old_rows, strict=False) for r in (old, new)]
+    print(side_by_side(pairs or rows))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 0
