@@ -6,8 +6,8 @@ collects garbage and asks glibc to return what it can (malloc_trim); elsewhere i
 
 Under held load the daemon is never quiet for long, and its footprint crept up for minutes: one
 thread per client, each allocating in one of glibc's per-thread arenas, leaves free pages spread
-over all of them. ``trim_heap`` hands those back without a garbage collection (which would pause
-every thread), and the daemon calls it on a timer.
+over all of them. ``trim_heap`` hands those back without a garbage collection, and the daemon calls it
+on a timer.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -421,3 +422,25 @@ def test_a_short_chunk_keeps_its_whole_text_and_names_its_matching_lines(
     hit = search(index, "staging cluster", opts(mode="keyword"), embedder=None).results[0]
     assert hit.snippet == "# Memory\n\nThe staging cluster is Orion.\nProduction is Vega."
     assert (hit.snippet_start_line, hit.match_lines) == (1, [3])
+
+
+def test_quiet_time_empties_the_idle_readers_page_caches(
+    syncer: Syncer, index: Index, write: WriteFile
+) -> None:
+    # After a burst of searches each pooled reader keeps the pages it read (up to 2 MB); the
+    # daemon's quiet-time release gives them back, and the next search still works.
+    for n in range(120):
+        write(f"memory/topics/t{n}.md", f"# Topic {n}\n\n" + f"- heron otter river note {n}\n" * 40)
+    syncer.sync()
+    for _ in range(3):
+        search(index, "heron river", opts(mode="keyword"), embedder=None)
+
+    def cached() -> int:
+        with index._pool_lock:
+            return sum(c.status(apsw.SQLITE_DBSTATUS_CACHE_USED)[0] for c in index._pool)
+
+    before = cached()
+    assert before > 100_000
+    index.release_memory()
+    assert cached() < before / 4
+    assert paths(search(index, "heron river", opts(mode="keyword"), embedder=None))

@@ -182,6 +182,18 @@ class Index:
                 with self._pool_lock:
                     self._pool.append(conn)
 
+    def release_memory(self) -> None:
+        """Free the page caches of the idle readers (up to 2 MB each after a burst of
+        searches); one in use keeps its own. The pages are read back from the OS's cache."""
+        with self._pool_lock:
+            idle, self._pool = self._pool, []
+        try:
+            for conn in idle:
+                conn.release_memory()
+        finally:
+            with self._pool_lock:
+                self._pool.extend(idle)
+
     # -- rebuild --------------------------------------------------------------------------------
 
     def temp_path(self) -> Path:

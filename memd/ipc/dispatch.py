@@ -21,10 +21,12 @@ class Dispatcher:
 
     def __init__(self, api: Api) -> None:
         self.api = api
+        self.calls = 0  # requests answered (racy increments: the daemon only asks "any since?")
         self._table: dict[str, Callable[..., Any]] = {name: getattr(api, name) for name in METHODS}
 
     def __call__(self, request: Request, state: dict[str, Any] | None = None) -> list[Any]:
         handler = self._table.get(request.method)
+        self.calls += 1
         state = {} if state is None else state
         try:
             if handler is None:
