@@ -161,3 +161,24 @@ def test_an_empty_sketch_finds_nothing(index: Index) -> None:
     assert _nearest(index, _vectors(1)[0]) == []
     sketch = Sketch(DIMS)
     assert sketch.candidates(_vectors(1)[0], 10) == []
+
+
+def test_a_source_filter_keeps_the_best_chunks_of_that_source(index: Index) -> None:
+    # Transcript chunks crowd the query's neighbourhood: the memory chunks behind them must
+    # still come back, best first, even when the first candidates read are all transcripts.
+    vectors = _vectors(3000, seed=3)
+    _add(index, range(1, 3001), vectors)
+    q = vectors[0]
+    exact = vectors @ q
+    nearest = [int(i) + 1 for i in np.argsort(-exact)]
+    sessions = nearest[:40]  # the 40 nearest chunks become transcript chunks
+    with atomic(index.writer().conn):
+        index.writer().conn.executemany(
+            "UPDATE chunks SET source = 'sessions' WHERE id = ?", [(i,) for i in sessions]
+        )
+    with index.reader() as store:
+        rows = store.reads.vector_candidates(q, ("memory",), 6)
+        both = store.reads.vector_candidates(q, ("memory", "sessions"), 6)
+    assert [r.id for r in rows] == [i for i in nearest if i not in sessions][:6]
+    assert {r.source for r in rows} == {"memory"}
+    assert [r.id for r in both] == nearest[:6]
