@@ -10,10 +10,11 @@ under load, and the index size; then each figure as a ratio of the smallest size
 
 With --old DIR (a checkout of earlier code, e.g. ``git worktree add DIR COMMIT``) each size is
 also served by that code, from a home of its own, one after the other in the same run, and
-the report sets the two side by side. For the new code's index two more figures come from
-the file itself once the daemon has stopped: the vector fast path's recall of the exact top
-ten (every stored vector scored, against the sketch's answer), and whether the keyword top k
-found without ranking every match equals FTS5's plain ranking, with both timed.
+the report sets the two side by side. Idle RSS is taken after 15 s without a request. For the
+new code's index two more figures come from the file itself once the daemon has stopped: the
+vector fast path's recall of the exact top ten (every stored vector scored, against the
+sketch's answer), and whether the keyword top k found without ranking every match equals
+FTS5's plain ranking, with both timed.
 
     python bench/scale_bench.py [--copies 3,25,250] [--queries 200] [--home DIR]
                                 [--seed-cache FILE] [--old DIR] [--json OUT]
@@ -61,6 +62,8 @@ from socket_bench import (  # noqa: E402
     timed_searches,
     wait_indexed,
 )
+
+IDLE_S = 15.0
 
 
 class PeakRss:
@@ -111,7 +114,8 @@ def measure(
             row["files"], row["chunks"] = st["files_indexed"], st["chunks"]
             row["index_mb"] = round(st["index_bytes"] / 2**20, 1)
         timed_searches(sock, name, questions[:20], "hybrid")  # warm: model, caches, pages
-        time.sleep(2)
+        # Idle: 15 s without a request (memd hands memory back after 10 quiet seconds).
+        time.sleep(IDLE_S)
         row["rss_idle_mb"] = round(psutil.Process(proc.pid).memory_info().rss / 2**20, 1)
         with PeakRss(proc.pid) as peak:
             for mode in ("keyword", "hybrid"):
