@@ -11,6 +11,7 @@ import random
 import pytest
 
 from memd.index import bm25
+from memd.index.db import atomic
 from memd.index.index import Index
 from memd.index.sync import Syncer
 
@@ -108,3 +109,22 @@ def test_phrases_without_exact_counts_take_the_plain_query(
         assert tried == []
         bm25.top_ranked(store.conn, '"caroline" OR "rare3"', 6, freqs)
         assert len(tried) == 1
+
+
+def test_a_source_filter_that_keeps_everything_is_dropped_and_one_that_does_not_holds(
+    corpus: Index,
+) -> None:
+    with corpus.reader() as store:
+        assert store.reads.sources_present() == {"memory"}
+        everything = store.reads.keyword_candidates('"rare3" OR "caroline"', ("memory",), 6)
+        assert everything == store.reads.keyword_candidates('"rare3" OR "caroline"', None, 6)
+        moved = everything[0].id
+    writer = corpus.writer()
+    with atomic(writer.conn):
+        writer.conn.execute("UPDATE chunks SET source = 'sessions' WHERE id = ?", (moved,))
+    with corpus.reader() as store:
+        assert store.reads.sources_present() == {"memory", "sessions"}
+        memory = store.reads.keyword_candidates('"rare3" OR "caroline"', ("memory",), 6)
+        both = store.reads.keyword_candidates('"rare3" OR "caroline"', ("memory", "sessions"), 6)
+    assert moved not in {r.id for r in memory} and len(memory) == 6
+    assert both[0].id == moved

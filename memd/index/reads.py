@@ -40,6 +40,7 @@ class _FreqMemo:
     docs: dict[str, int]
     total: int | None = None
     embedded: int | None = None
+    sources: frozenset[str] | None = None
 
 
 _memos: weakref.WeakKeyDictionary[apsw.Connection, _FreqMemo] = weakref.WeakKeyDictionary()
@@ -105,6 +106,21 @@ class SearchReads:
             memo.total = int(row[0]) if row else 0
         return {term: memo.docs[stem] for term, stem in stems.items()}, memo.total
 
+    def sources_present(self) -> frozenset[str]:
+        """The sources the index's chunks come from, found by seeking the source index once
+        per distinct value (a few microseconds), kept until the index changes."""
+        memo = _freq_memo(self.conn)
+        if memo.sources is None:
+            found: set[str] = set()
+            row = self.conn.execute("SELECT min(source) FROM chunks").fetchone()
+            while row and row[0] is not None:
+                found.add(str(row[0]))
+                row = self.conn.execute(
+                    "SELECT min(source) FROM chunks WHERE source > ?", (row[0],)
+                ).fetchone()
+            memo.sources = frozenset(found)
+        return memo.sources
+
     def _embedded_count(self) -> int:
         """Chunks with a vector. Counted as all chunks less the unembedded ones, which a
         partial index holds: ``WHERE embedded = 1`` read every row (8 ms at 10,000 chunks)."""
@@ -123,6 +139,8 @@ class SearchReads:
         """Run an FTS5 MATCH expression (phrases OR-ed); rows come best first with their bm25
         rank. The best rows are found without ranking every match where a bound allows it
         (memd/index/bm25.py); only they are read from ``chunks``."""
+        if sources and self.sources_present() <= set(sources):
+            sources = None  # the filter would keep every row: rank only as many as wanted
         inner = limit if not sources else limit * 4
         ranked = top_ranked(self.conn, match, inner, self.doc_freqs)
         rank = dict(ranked)
