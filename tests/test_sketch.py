@@ -182,3 +182,28 @@ def test_a_source_filter_keeps_the_best_chunks_of_that_source(index: Index) -> N
     assert [r.id for r in rows] == [i for i in nearest if i not in sessions][:6]
     assert {r.source for r in rows} == {"memory"}
     assert [r.id for r in both] == nearest[:6]
+
+
+def test_copies_of_one_vector_do_not_crowd_out_the_others(index: Index) -> None:
+    # 100 texts written 100 times each (the same vector 100 times): the first pass must
+    # still reach many distinct vectors, each group holding its copies, so the exact top
+    # ten distinct vectors are all among the candidates.
+    distinct = _vectors(100, seed=5)
+    copies = np.repeat(distinct, 100, axis=0)  # ids 1..100 are copies of vector 0, ...
+    _add(index, range(1, 10_001), copies)
+    q = distinct[7] + np.random.default_rng(2).normal(scale=0.3, size=DIMS).astype(np.float32)
+    q = (q / np.linalg.norm(q)).astype(np.float32)
+    with index.reader() as store:
+        sketch = store.reads.sketch
+        assert sketch is not None
+        sketch.refresh(store.conn)
+        groups = sketch.candidates(q, first_pass(len(sketch)))
+        assert len(groups) >= 50  # a flat top 400 would hold four vectors' copies
+        for group in groups:
+            assert len(group) == 100 and len({(i - 1) // 100 for i in group}) == 1
+        found = {(g[0] - 1) // 100 for g in groups}
+        assert set(np.argsort(-(distinct @ q))[:10].tolist()) <= found
+        rows = store.reads.vector_candidates(q, None, 24)
+    best = int(np.argmax(distinct @ q))
+    assert {(r.id - 1) // 100 for r in rows} == {best}
+    assert rows[0].score == pytest.approx(float(distinct[best] @ q), abs=1e-5)

@@ -194,16 +194,20 @@ class SearchReads:
         q = np.asarray(query, dtype=np.float32)
         n = max(first_pass(len(self.sketch)), limit * 4)
         while True:
-            ids = self.sketch.candidates(q, n)
-            vectors = self.chunk_vectors(ids)
-            if not vectors:
+            groups = self.sketch.candidates(q, n)
+            # one stored vector per group decides for its copies
+            vectors = self.chunk_vectors([g[0] for g in groups])
+            groups = [g for g in groups if g[0] in vectors]
+            if not groups:
                 return []
-            order = list(vectors)
-            exact = np.stack([vectors[i] for i in order]) @ q
-            ranked = [order[j] for j in np.argsort(-exact, kind="stable")]
-            score = {order[j]: float(exact[j]) for j in range(len(order))}
+            exact = np.stack([vectors[g[0]] for g in groups]) @ q
+            ranked: list[int] = []
+            score: dict[int, float] = {}
+            for j in np.argsort(-exact, kind="stable").tolist():
+                ranked.extend(groups[j])
+                score.update(dict.fromkeys(groups[j], float(exact[j])))
             picked = self._picked(ranked, score, sources, limit)
-            if len(picked) >= limit or len(ids) < n:
+            if len(picked) >= limit or len(groups) < n:
                 return picked
             n *= 4
 
