@@ -52,16 +52,19 @@ DocFreqs = Callable[[list[str]], tuple[dict[str, int], int]]
 def top_ranked(conn: apsw.Connection, match: str, k: int, doc_freqs: DocFreqs) -> Ranked:
     """The ``k`` best rows for ``match`` (phrases joined by `` OR ``), best first."""
     phrases = match.split(" OR ")
-    terms = [m.group(1) if (m := PLAIN_PHRASE.match(p)) else None for p in phrases]
-    if len(phrases) > 1 and None not in terms and _single_tokens(conn, terms):  # type: ignore[arg-type]
-        ranked = _bounded(conn, phrases, terms, k, doc_freqs)  # type: ignore[arg-type]
+    plain = [m.group(1) for p in phrases if (m := PLAIN_PHRASE.match(p))]
+    if 1 < len(phrases) == len(plain) and _single_tokens(conn, plain):
+        ranked = _bounded(conn, phrases, plain, k, doc_freqs)
         if ranked is not None:
             return ranked
     return _plain(conn, match, k)
 
 
 def _plain(conn: apsw.Connection, match: str, k: int) -> Ranked:
-    sql = f"SELECT rowid, {BM25} AS rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank, rowid LIMIT ?"
+    sql = (
+        f"SELECT rowid, {BM25} AS rank FROM chunks_fts WHERE chunks_fts MATCH ? "
+        "ORDER BY rank, rowid LIMIT ?"
+    )
     return [(int(r[0]), float(r[1])) for r in conn.execute(sql, (match, k))]
 
 

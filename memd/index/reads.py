@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -201,30 +202,27 @@ class SearchReads:
             if not groups:
                 return []
             exact = np.stack([vectors[g[0]] for g in groups]) @ q
-            ranked: list[int] = []
-            score: dict[int, float] = {}
-            for j in np.argsort(-exact, kind="stable").tolist():
-                ranked.extend(groups[j])
-                score.update(dict.fromkeys(groups[j], float(exact[j])))
-            picked = self._picked(ranked, score, sources, limit)
+            ranked = [(groups[j], float(exact[j])) for j in np.argsort(-exact, kind="stable")]
+            picked = self._picked(ranked, sources, limit)
             if len(picked) >= limit or len(groups) < n:
                 return picked
             n *= 4
 
     def _picked(
-        self, ranked: list[int], score: dict[int, float], sources: Sequence[str] | None, limit: int
+        self, ranked: list[tuple[list[int], float]], sources: Sequence[str] | None, limit: int
     ) -> list[ChunkRow]:
-        """The rows of the first ``limit`` of ``ranked`` from ``sources``, read a few at a time
-        (most chunks pass a source filter: reading 2 x limit beats filtering every candidate)."""
+        """The rows of the first ``limit`` chunks of ``ranked`` (groups of copies with their
+        score, best first) from ``sources``, read a few at a time: most chunks pass a source
+        filter, so reading 2 x limit beats filtering every candidate."""
         picked: list[ChunkRow] = []
         step = 2 * limit if sources else limit
-        for start in range(0, len(ranked), step):
-            batch = ranked[start : start + step]
-            rows = {r.id: r for r in self.chunks_by_id(batch)}
-            for i in batch:
+        chunks = ((i, value) for group, value in ranked for i in group)
+        while batch := list(itertools.islice(chunks, step)):
+            rows = {r.id: r for r in self.chunks_by_id([i for i, _ in batch])}
+            for i, value in batch:
                 row = rows.get(i)
                 if row is not None and (not sources or row.source in sources):
-                    picked.append(dataclasses.replace(row, score=score[i]))
+                    picked.append(dataclasses.replace(row, score=value))
                     if len(picked) == limit:
                         return picked
         return picked
