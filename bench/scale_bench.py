@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -101,8 +100,7 @@ def measure(
     name = "scale"
     ws_root = home / "workspace"
     row: dict[str, Any] = {"copies": copies, "code": str(code) if code else "this checkout"}
-    env = {"PYTHONPATH": f"{code}{os.pathsep}{code / 'client'}"} if code else None
-    proc = start_daemon(home, sock, "local", model, env)
+    proc = start_daemon(home, sock, "local", model, code=code)
     try:
         with memd_client.connect(sock, timeout=None) as c:
             known = {w["name"] for w in c.workspace_list()["workspaces"]}

@@ -126,8 +126,16 @@ def build_corpus(data: Path, ws: Path, copies: int) -> None:
 
 
 def start_daemon(
-    home: Path, sock: Path, provider: str, model: str, extra_env: Mapping[str, str] | None = None
+    home: Path,
+    sock: Path,
+    provider: str,
+    model: str,
+    extra_env: Mapping[str, str] | None = None,
+    code: Path | None = None,
 ) -> subprocess.Popen[bytes]:
+    """``memd run`` on ``home``; with ``code``, the memd of that checkout. ``python -m`` puts
+    the working directory ahead of PYTHONPATH, so the daemon starts in ``code`` (else in this
+    checkout): a daemon started from one checkout with another on PYTHONPATH runs the first."""
     env = dict(
         os.environ,
         MEMD_HOME=str(home),
@@ -136,12 +144,15 @@ def start_daemon(
         MEMD_LOCAL_MODEL=model,
     )
     env.update(extra_env or {})
+    if code is not None:
+        env["PYTHONPATH"] = f"{code}{os.pathsep}{code / 'client'}"
     log = open(home / "daemon.log", "ab")  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen(
         [sys.executable, "-m", "memd", "--log-level", "info", "run"],
         env=env,
         stdout=log,
         stderr=log,
+        cwd=code or ROOT,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
