@@ -394,3 +394,43 @@ def test_memory_is_released_once_after_a_burst_of_work(
         assert released[1] - released[0] >= 0.5
         time.sleep(1.5)
         assert len(released) == 2
+
+
+def test_a_bulk_edit_is_recounted_once_a_second_not_for_every_reply(
+    daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every reply says how many files are pending; during a checkout of many files, checking
+    each of them for every reply starved the replies themselves. Above 64 pending paths the
+    count is kept for a second. (A counting spy around the per-path check; it still checks.)"""
+    from memd import freshness as freshness_module
+
+    checks: list[str] = []
+    real = freshness_module._indexed_as_on_disk
+
+    def spy(store: Any, root: Path, rel: str) -> bool:
+        checks.append(rel)
+        return real(store, root, rel)
+
+    monkeypatch.setattr(freshness_module, "_indexed_as_on_disk", spy)
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+        for n in range(100):
+            (ws / "memory" / "bulk").mkdir(exist_ok=True)
+            (ws / "memory" / "bulk" / f"n{n}.md").write_text(f"- bulk note {n}\n")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            pending = c.call("search", workspace="agent", query="bulk", mode="keyword")
+            if pending["freshness"]["pending_files"] > 64:
+                break
+            time.sleep(0.02)
+        assert pending["freshness"]["pending_files"] > 64
+        checks.clear()
+        started = time.monotonic()
+        for _ in range(10):
+            c.call("search", workspace="agent", query="bulk", mode="keyword")
+        seconds = time.monotonic() - started
+        # one recount of at most 100 paths per second begun, not 10 x 100 checks
+        assert len(checks) <= 100 * (int(seconds) + 1), (len(checks), seconds)
+        found = c.call("search", workspace="agent", query="bulk note 99", wait_ms=10_000)
+        assert found["freshness"]["pending_files"] == 0
