@@ -93,7 +93,9 @@ def run_cmd(ctx: click.Context, socket_path: str | None) -> None:
     from pathlib import Path
 
     from memd.daemon import EXIT_STARTUP_FAILURE, Daemon
+    from memd.heap import configure_allocator
 
+    configure_allocator()  # this process is the daemon: before any of its threads allocate
     if ctx.obj.get("log_level") == "warning":
         configure_logging("info")
     try:

@@ -18,9 +18,29 @@ import gc
 import logging
 import sys
 
-__all__ = ["release_memory", "trim_heap"]
+__all__ = ["configure_allocator", "release_memory", "trim_heap"]
 
 logger = logging.getLogger(__name__)
+
+
+# glibc serves an allocation this large or larger with a mapping of its own, returned to the OS
+# when it is freed. Its default (128 KB) rises to the largest block freed, up to 32 MB, after
+# which the vector sketch's load batches and the recall store's JSON land in the arenas and
+# keep them at their high-water mark: at 10,000 chunks the idle daemon held 91 MB, 71 with the
+# threshold fixed at 1 MiB.
+MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3  # malloc.h
+
+
+def configure_allocator() -> bool:
+    """Fix glibc's mmap threshold (Linux; elsewhere nothing). Called once at start, before the
+    daemon's threads; returns whether the setting took."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    except (OSError, AttributeError):  # not glibc
+        return False
 
 
 def release_memory() -> None:
