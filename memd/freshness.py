@@ -38,7 +38,7 @@ def freshness(
         unembedded = store.pending_count()
         # A changed path may already be indexed (an append, a sync someone waited for,
         # a reconcile that ran first): count only files whose size or mtime differ.
-        stale = _stale_count(ws, store, keys)
+        stale = _stale_count(ws, store, keys, generation)
     pending = max(stale, walked_stale)
     if queued & RESCANS:
         pending += 1  # a rescan is queued: something may have changed
@@ -64,24 +64,27 @@ def freshness(
 # Checking a pending path costs a row read and a stat (about 30 us). During a checkout of 1,000
 # files every reply checked each of them (32 ms), and at 25 requests a second the replies
 # queued behind that work for seconds. With more pending paths than RECOUNT_ABOVE the count is
-# kept for RECOUNT_AFTER_S (the watcher itself waits 1.5 s before it reports an edit).
+# kept for RECOUNT_AFTER_S while the index does not change (the watcher itself waits 1.5 s
+# before it reports an edit).
 RECOUNT_ABOVE = 64
 RECOUNT_AFTER_S = 1.0
-_counts: dict[Path, tuple[float, int]] = {}
+_counts: dict[Path, tuple[float, int, int]] = {}  # root -> (when, generation, count)
 _counts_lock = threading.Lock()
 
 
-def _stale_count(ws: Workspace, store: Store, keys: set[str]) -> int:
-    if len(keys) <= RECOUNT_ABOVE:
-        return sum(not _indexed_as_on_disk(store, ws.root, k) for k in keys)
-    now = time.monotonic()
-    with _counts_lock:
-        at, count = _counts.get(ws.root, (-1e9, 0))
-    if now - at < RECOUNT_AFTER_S:
-        return count
+def _stale_count(ws: Workspace, store: Store, keys: set[str], generation: int) -> int:
+    """How many of ``keys`` differ from their rows; above RECOUNT_ABOVE the last count is kept
+    while the index has not changed since (a sync someone waited for is always seen)."""
+    many, now = len(keys) > RECOUNT_ABOVE, time.monotonic()
+    if many:
+        with _counts_lock:
+            at, seen, count = _counts.get(ws.root, (-1e9, -1, 0))
+        if seen == generation and now - at < RECOUNT_AFTER_S:
+            return count
     count = sum(not _indexed_as_on_disk(store, ws.root, k) for k in keys)
-    with _counts_lock:
-        _counts[ws.root] = (now, count)
+    if many:
+        with _counts_lock:
+            _counts[ws.root] = (now, generation, count)
     return count
 
 
