@@ -6,17 +6,18 @@ collects garbage and asks glibc to return what it can (malloc_trim); elsewhere i
 
 Under held load the daemon is never quiet for long, and its footprint crept up for minutes: one
 thread per client, each allocating in one of glibc's per-thread arenas, leaves free pages spread
-over all of them. ``trim_heap`` hands those back without a garbage collection, and the daemon calls it
-on a timer.
+over all of them. ``trim_heap`` hands those back without a garbage collection, and the daemon
+calls it on a timer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
+import functools
 import gc
 import logging
 import sys
+from typing import Any
 
 __all__ = ["configure_allocator", "release_memory", "trim_heap"]
 
@@ -35,12 +36,8 @@ _M_MMAP_THRESHOLD = -3  # malloc.h
 def configure_allocator() -> bool:
     """Fix glibc's mmap threshold (Linux; elsewhere nothing). Called once at start, before the
     daemon's threads; returns whether the setting took."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
-    except (OSError, AttributeError):  # not glibc
-        return False
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 def release_memory() -> None:
@@ -52,6 +49,18 @@ def release_memory() -> None:
 
 def trim_heap() -> None:
     """Return the free pages of every malloc arena to the OS (Linux with glibc; else nothing)."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+@functools.cache
+def _glibc() -> Any:
+    """glibc with the two calls memd makes, or None (another C library or platform)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None

@@ -19,6 +19,7 @@ added later are projected on the same directions.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 from typing import Any
@@ -136,7 +137,7 @@ class Sketch:
             count = 0
             cursor = conn.execute("SELECT id, embedding FROM chunks_vec_plain")
             while True:
-                batch_ids, batch = stacked(_take(cursor, 4096), self.dims)
+                batch_ids, batch = stacked(itertools.islice(cursor, 4096), self.dims)
                 if not len(batch_ids):
                     break
                 end = count + len(batch_ids)
@@ -254,15 +255,6 @@ class Sketch:
             if self._loaded and self.seq > self.trimmed:
                 conn.execute("DELETE FROM vector_log WHERE seq <= ?", (self.seq,))
                 self.trimmed = self.seq
-
-
-def _take(cursor: Any, n: int) -> list[tuple[Any, ...]]:
-    out = []
-    for row in cursor:
-        out.append(row)
-        if len(out) == n:
-            break
-    return out
 
 
 def stacked(
