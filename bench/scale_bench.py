@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.home or tempfile.mkdtemp(prefix="memd-scale-"))
     sock_dir = Path(tempfile.mkdtemp(prefix="memd-s-", dir="/tmp"))
     seed = Path(args.seed_cache) if args.seed_cache else None
+    queries: np.ndarray[Any, np.dtype[np.float32]] | None = None
     rows: list[dict[str, Any]] = []
     old_rows: list[dict[str, Any]] = []
     try:
@@ -269,7 +270,9 @@ def main(argv: list[str] | None = None) -> int:
                 cache.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(seed, cache)
             row = measure(home, sock_dir / "memd.sock", args.model, copies, questions, clients)
-            row["vector"] = fast_path_recall(index_file(home), query_vectors(args.model, questions))
+            if queries is None:  # embedded once, for every size
+                queries = query_vectors(args.model, questions)
+            row["vector"] = fast_path_recall(index_file(home), queries)
             row["keyword_bound"] = keyword_bound(index_file(home), questions)
             print(json.dumps(row), flush=True)
             rows.append(row)
