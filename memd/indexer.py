@@ -2,8 +2,11 @@
 
 Watcher batches, periodic reconciles, appends, promotions into MEMORY.md and read-your-writes
 waits all become jobs on one priority queue; between jobs the thread embeds pending files one
-at a time, so a long embedding backlog never holds up a write that someone waits for. A
-rebuild runs on a thread of its own, building a new file while the live index serves.
+at a time, so a long embedding backlog never holds up a write that someone waits for. A write
+someone waits for indexes only the files it wrote, and a sync of many changed files (a
+``git checkout``) goes SYNC_SLICE files at a time, so an append waits for one slice of a bulk
+edit, not all of it. A rebuild runs on a thread of its own, building a new file while the live
+index serves.
 
 Over 400 lines: every kind of write the one writer thread takes, with its queueing.
 """
@@ -29,7 +32,7 @@ from memd.dreams.ranking import Thresholds
 from memd.index.sync import SyncReport
 from memd.markdown.append import Appended, append_daily
 from memd.registry import Workspace, Workspaces
-from memd.watch.layout import RESCAN_ALL
+from memd.watch.layout import RESCAN_ALL, RESCANS
 from memd_client.errors import IndexError_
 
 __all__ = ["Indexer", "URGENT", "WATCH", "RECONCILE"]
@@ -37,6 +40,10 @@ __all__ = ["Indexer", "URGENT", "WATCH", "RECONCILE"]
 logger = logging.getLogger(__name__)
 
 URGENT, WATCH, RECONCILE = 0, 1, 2
+
+# Changed files one sync job indexes before the jobs queued behind it get a turn. A file takes
+# a few milliseconds; 64 of them keep an append's wait during a bulk edit well under a second.
+SYNC_SLICE = 64
 
 
 @dataclass(order=True)
@@ -104,11 +111,6 @@ class Indexer:
     def _state(self, root: Path) -> _State:
         with self._lock:
             return self._states.setdefault(root, _State())
-
-    def _mark_dirty(self, root: Path, path: str) -> None:
-        """Note that the writer itself changed ``path``: the next sync of ``root`` reads it."""
-        with self._lock:
-            self._states.setdefault(root, _State()).dirty.add(path)
 
     def request_sync(
         self, ws: Workspace, keys: set[str] | None = None, *, priority: int = WATCH
@@ -225,39 +227,69 @@ class Indexer:
                 job = self._queue.get(timeout=0.5 if idle else 0.0)
             except queue.Empty:
                 job = None
+            continued = False
             if job is not None:
                 if job.kind == "stop":
                     return
-                self._do(job)
+                continued = self._do(job)
                 self.jobs_done += 1
             if self._stopping.is_set():
                 return
-            self._embed_one()
+            if not continued:  # a bulk edit's keyword rows come before its vectors
+                self._embed_one()
 
-    def _do(self, job: _Job) -> None:
-        if job.kind == "skip" or not job.future.set_running_or_notify_cancel():
-            return
+    def _do(self, job: _Job) -> bool:
+        """Run ``job``; True when it was queued again to go on with the rest of its files."""
+        # A sync job that goes on after its first slice is already running.
+        if job.kind == "skip" or not (
+            job.future.running() or job.future.set_running_or_notify_cancel()
+        ):
+            return False
         ws = self._workspace(job.root)
         if ws is None:
             job.future.set_exception(RuntimeError(f"workspace {job.root} was removed"))
-            return
+            return False
         try:
             if job.kind == "sync":
-                job.future.set_result(self._sync(ws, job))
+                report = self._sync(ws, job)
+                if job.payload is not None:  # the report of its earlier slices
+                    job.payload.add(report)
+                    report = job.payload
+                if self._go_on(ws, job, report):
+                    return True
+                job.future.set_result(report)
             elif job.kind == "append":
                 self._append_batch(ws, job)
             elif job.kind == "promote":
                 job.future.set_result(self._promote(ws, *job.payload))
             elif job.kind == "dream":
                 result = job.payload()
-                for name in result.get("written", ()):
-                    self._mark_dirty(ws.root, name)
                 if result.get("written"):
-                    self._sync(ws, None)
+                    self._sync(ws, None, only=set(result["written"]))
                 job.future.set_result(result)
         except Exception as exc:  # handed to whoever waits; the writer goes on
             logger.warning("%s of %s failed: %s", job.kind, ws.name, exc)
             job.future.set_exception(exc)
+        return False
+
+    def _go_on(self, ws: Workspace, job: _Job, report: SyncReport) -> bool:
+        """Queue ``job`` again when changed files remain after its slice (True), behind the
+        jobs already queued; a sync requested meanwhile takes the rest instead, and ``job``
+        resolves with it."""
+        with self._lock:
+            state = self._states.setdefault(ws.root, _State())
+            if not state.dirty:
+                return False
+            job.payload = report
+            newer = state.queued
+            if newer is None:
+                job.seq = next(self._seq)
+                state.queued = job
+        if newer is None:
+            self._queue.put(job)
+        else:
+            newer.future.add_done_callback(functools.partial(_relay, target=job.future))
+        return True
 
     def _append_batch(self, ws: Workspace, first: _Job) -> None:
         """Write ``first`` and every other append queued for the same workspace, then make
@@ -277,12 +309,11 @@ class Indexer:
                 logger.warning("append to %s failed: %s", ws.name, exc)
                 job.future.set_exception(exc)
                 continue
-            self._mark_dirty(ws.root, appended.path)
             written.append((job, appended))
         if not written:
             return
         try:
-            self._sync(ws, None)
+            self._sync(ws, None, only={appended.path for _, appended in written})
         except IndexError_ as exc:  # the text is on disk: say so, or a retry doubles it
             for job, appended in written:
                 job.future.set_exception(
@@ -314,8 +345,7 @@ class Indexer:
             clock=self.clock,
         )
         if result["applied"]:
-            self._mark_dirty(ws.root, "MEMORY.md")
-            self._sync(ws, None)
+            self._sync(ws, None, only={"MEMORY.md"})
         return result
 
     def _take_queued_appends(self, root: Path, limit: int = 256) -> list[_Job]:
@@ -329,12 +359,22 @@ class Indexer:
                 heapq.heapify(heap)
         return mine
 
-    def _sync(self, ws: Workspace, job: _Job | None) -> SyncReport:
+    def _sync(self, ws: Workspace, job: _Job | None, only: set[str] | None = None) -> SyncReport:
+        """Index the files the writer itself wrote (``only``), or the changed files: all of
+        them when a rescan is among them, else at most SYNC_SLICE (the rest stay queued)."""
         with self._lock:
             state = self._states.setdefault(ws.root, _State())
             if job is not None and state.queued is job:
                 state.queued = None
-            taken, state.dirty = state.dirty, set()
+            if only is not None:
+                taken = set(only)
+                state.dirty -= taken
+            elif state.dirty & RESCANS or len(state.dirty) <= SYNC_SLICE:
+                taken, state.dirty = state.dirty, set()
+            else:
+                taken = set(itertools.islice(sorted(state.dirty), SYNC_SLICE))
+                state.dirty -= taken
+            everything = only is None and not state.dirty
         started = time.time()
         try:
             # Only the paths the watcher or an append named, unless a rescan was asked for.
@@ -343,7 +383,8 @@ class Indexer:
             with self._lock:
                 state.dirty |= taken
             raise
-        state.sync_started_at = started
+        if everything:
+            state.sync_started_at = started
         ws.last_report = report
         # "missing" after a sync means rows without an identity (an index from an older
         # memd): like a changed model, that takes a rebuild, or it would stay keyword-only.
@@ -408,7 +449,7 @@ class Indexer:
 
 
 def _relay(source: Future[SyncReport], *, target: Future[SyncReport]) -> None:
-    if not target.set_running_or_notify_cancel():
+    if target.done() or not (target.running() or target.set_running_or_notify_cancel()):
         return
     exc = source.exception()
     if exc is not None:

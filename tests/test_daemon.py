@@ -447,3 +447,42 @@ def test_a_bulk_edit_is_recounted_once_a_second_not_for_every_reply(
             time.sleep(0.1)
             found = c.call("search", workspace="agent", query="bulk note 99", mode="keyword")
         assert found["freshness"]["pending_files"] == 0
+
+
+def test_an_append_waits_for_one_slice_of_a_bulk_edit_not_all_of_it(
+    daemon: Daemon, ws: Path
+) -> None:
+    """A ``git checkout`` of 300 files is indexed SYNC_SLICE files per writer job; an append
+    made meanwhile indexes only the daily log it wrote, after the slice that is running. The
+    sync someone waited for still resolves once every file is in."""
+    from memd.indexer import SYNC_SLICE
+
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+    assert daemon.parts is not None
+    indexer, agent = daemon.parts.indexer, daemon.parts.registry.get("agent")
+    (ws / "memory" / "bulk").mkdir()
+    rels = {f"memory/bulk/n{n:03d}.md" for n in range(300)}
+    for rel in rels:
+        (ws / rel).write_text(f"- checked out note {rel}\n")
+    seen: list[int] = []
+    counted = threading.Event()
+
+    def count_bulk(_: object) -> None:
+        # As a done callback this runs on the writer, before it takes its next job.
+        with agent.index.reader() as store:
+            seen.append(sum(1 for rel in store.files() if rel.startswith("memory/bulk/")))
+        counted.set()
+
+    synced = indexer.request_sync(agent, set(rels))
+    appended = indexer.append(agent, "an urgent note during the checkout")
+    appended.add_done_callback(count_bulk)
+    assert appended.result(30).path.startswith("memory/") and counted.wait(5)
+    assert seen and seen[0] <= SYNC_SLICE < len(rels), seen
+    synced.result(60)
+    count_bulk(None)
+    assert seen[1] == len(rels)
+    with client(daemon) as c:
+        found = c.call("search", workspace="agent", query="urgent note checkout", mode="keyword")
+        assert found["results"]

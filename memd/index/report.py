@@ -74,6 +74,19 @@ class SyncReport:
     errors: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
 
+    def add(self, later: SyncReport) -> None:
+        """Fold in the report of a later slice of the same sync."""
+        for name in ("scanned", "indexed", "unchanged", "removed", "chunks_written"):
+            setattr(self, name, getattr(self, name) + getattr(later, name))
+        self.embedded += later.embedded
+        self.cache_hits += later.cache_hits
+        self.pending_files = later.pending_files
+        self.rebuilt = self.rebuilt or later.rebuilt
+        self.reason = later.reason or self.reason
+        self.skipped += later.skipped
+        self.errors += later.errors
+        self.seconds += later.seconds
+
 
 @dataclass(frozen=True)
 class IndexEntry:
