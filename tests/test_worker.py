@@ -100,3 +100,39 @@ def test_start_query_returns_before_the_vector_is_ready() -> None:
             plain.start_query("x").result(0)
     finally:
         wrapped.close()
+
+
+def test_a_document_batch_goes_in_small_jobs_so_a_query_waits_for_one() -> None:
+    inner = Recording()
+    wrapped = WorkerEmbedder(inner)
+    texts = [f"chunk{i:02d} " + "x" * 400 for i in range(32)]  # 32 texts of 408 characters
+    done: dict[str, Vectors] = {}
+    try:
+        batch = threading.Thread(target=lambda: done.update(v=wrapped.embed_batch(texts)))
+        batch.start()
+        assert inner.started.wait(5)  # the first job is running
+        query = wrapped.start_query("the query")
+        inner.gate.set()
+        assert query.result(5).shape == (8,)
+        batch.join(10)
+    finally:
+        wrapped.close()
+    # Two texts of 408 characters to a job (a third would pass 1,024): 16 jobs, the query
+    # right after the first, and the vectors in the order of the texts.
+    firsts = [t for t in inner.order if t != "the query"]
+    assert inner.order[1] == "the query"
+    assert firsts == texts[::2]
+    assert (done["v"] == FakeEmbedder(dims=8).embed_batch(texts)).all()
+
+
+def test_one_long_text_is_one_job() -> None:
+    inner = Recording()
+    inner.gate.set()
+    wrapped = WorkerEmbedder(inner)
+    try:
+        vectors = wrapped.embed_batch(["y" * 5000, "z" * 5000, "short"])
+    finally:
+        wrapped.close()
+    assert vectors.shape == (3, 8)
+    # A text over the limit is never cut, and nothing joins a job already over it.
+    assert inner.order == ["y" * 5000, "z" * 5000, "short"]

@@ -6,9 +6,11 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from memd.embed.base import Embedder, Kind, Vectors
 from memd_client.errors import ProviderUnavailable
@@ -18,6 +20,11 @@ __all__ = ["EmbeddingWorker", "WorkerEmbedder"]
 logger = logging.getLogger(__name__)
 
 _PRIORITY = {"query": 0, "document": 1}
+
+# Documents go to the embedder in jobs of about this many characters (one text at least): a
+# query waits for the job that is running, and a batch of 32 chunks is half a minute of a slow
+# CPU. Smaller jobs cost little: llama.cpp decodes a batch a sequence at a time anyway.
+DOCUMENT_JOB_CHARS = 1024
 
 
 @dataclass(order=True)
@@ -32,7 +39,7 @@ class _Job:
 class EmbeddingWorker:
     """Serialises every call into an embedder through one thread (llama.cpp is not re-entrant).
 
-    Jobs are served by priority: a search's query waits for at most the document batch that is
+    Jobs are served by priority: a search's query waits for at most the document job that is
     already running, never for the queue behind it.
     """
 
@@ -96,6 +103,17 @@ class EmbeddingWorker:
                 job.future.set_exception(exc)
 
 
+def _document_jobs(texts: Sequence[str]) -> Iterator[Sequence[str]]:
+    """``texts`` cut into runs of about DOCUMENT_JOB_CHARS characters, in order."""
+    start = size = 0
+    for i, text in enumerate(texts):
+        if i > start and size + len(text) > DOCUMENT_JOB_CHARS:
+            yield texts[start:i]
+            start, size = i, 0
+        size += len(text)
+    yield texts[start:]
+
+
 class _QueryVector(Future[Vectors]):
     """A query's vector; ``result()`` without a timeout waits at most ``deadline`` seconds, then
     gives up on the embedding (still queued: it never runs) with ProviderUnavailable."""
@@ -139,7 +157,10 @@ class WorkerEmbedder(Embedder):
         self.query_timeout = query_timeout
 
     def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
-        return self.worker.embed(texts, kind)
+        if kind == "query" or len(texts) < 2:
+            return self.worker.embed(texts, kind)
+        parts = [self.worker.embed(job, kind) for job in _document_jobs(texts)]
+        return np.concatenate(parts)
 
     def embed_query(self, text: str) -> Vectors:
         return self.start_query(text).result()
