@@ -29,6 +29,7 @@ from typing import Any
 
 from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import Thresholds
+from memd.embed.worker import DOCUMENT_JOB_CHARS
 from memd.index.sync import SyncReport
 from memd.markdown.append import Appended, append_daily
 from memd.registry import Workspace, Workspaces
@@ -44,6 +45,10 @@ URGENT, WATCH, RECONCILE = 0, 1, 2
 # Changed files one sync job indexes before the jobs queued behind it get a turn. A file takes
 # a few milliseconds; 64 of them keep an append's wait during a bulk edit well under a second.
 SYNC_SLICE = 64
+# New text the writer embeds between two jobs. A file's texts are embedded over as many steps
+# as it takes (they wait in the embedding cache), so an append waits for one step, not for a
+# whole file (a daily log of 30 chunks is 20 s of a slow CPU).
+EMBED_STEP_CHARS = DOCUMENT_JOB_CHARS
 
 
 @dataclass(order=True)
@@ -417,7 +422,7 @@ class Indexer:
                 continue
             self._embed_cursor = (self._embed_cursor + i + 1) % len(workspaces)
             try:
-                ws.syncer.embed_pending(max_files=1)
+                ws.syncer.embed_pending(max_files=1, max_chars=EMBED_STEP_CHARS)
             except Exception as exc:
                 logger.warning("embedding in %s failed: %s", ws.name, exc)
             return

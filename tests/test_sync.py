@@ -640,3 +640,33 @@ def test_reindexing_an_appended_log_redacts_and_counts_only_what_is_new(
         assert embedder.token_counts <= 3, "only the changed chunks are counted again"
     finally:
         index.close()
+
+
+def test_a_long_file_is_embedded_in_steps_and_equals_a_fresh_rebuild(
+    syncer: Syncer,
+    config: Config,
+    workspace: Path,
+    write: WriteFile,
+    fake: FakeEmbedder,
+    index: Index,
+) -> None:
+    """The daemon's writer embeds about ``max_chars`` of new text per call: a long file takes
+    several calls, stays pending (and keyword-searchable) until the last, and then holds the
+    same vectors as an index built in one go."""
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    write(
+        "memory/long.md", "".join(f"- decision {n}: ship the orion release\n" for n in range(300))
+    )
+    syncer.sync(embed=False, paths={"memory/long.md"})
+    assert syncer.has_pending()
+    steps = 0
+    while syncer.has_pending():
+        embedded = fake.documents_embedded
+        syncer.embed_pending(max_files=1, max_chars=1024)
+        steps += 1
+        # one step embeds about 1,024 characters: 26 lines of 38, or one chunk
+        assert fake.documents_embedded - embedded <= 30
+        assert steps < 200
+    assert steps > 5
+    assert dump(index) == fresh_rebuild_dump(config, workspace, fake)

@@ -216,8 +216,15 @@ class Syncer:
             self.last_sync = time.time()
         return report
 
-    def embed_pending(self, max_files: int | None = None) -> SyncReport:
-        """Embed the chunks still lacking vectors in the live index (at most ``max_files``)."""
+    def embed_pending(
+        self, max_files: int | None = None, *, max_chars: int | None = None
+    ) -> SyncReport:
+        """Embed the chunks still lacking vectors in the live index (at most ``max_files``).
+
+        With ``max_chars`` (and an embedding cache) a call embeds about that much new text and
+        returns: a file's vectors are stored once all its texts are in the cache, so a long
+        file is embedded over several calls and its writer is free between them.
+        """
         report = SyncReport()
         with self.lock, translate_errors("embed"):
             writer = self.index.writer()
@@ -225,7 +232,9 @@ class Syncer:
             # one activity spans the calls until nothing is pending.
             act = self.backlog if self.backlog is not None else Activity("embed")
             self.backlog = act
-            self._embed_pending(writer, report, None, max_files=max_files, act=act)
+            self._embed_pending(
+                writer, report, None, max_files=max_files, max_chars=max_chars, act=act
+            )
             report.pending_files = writer.pending_count()
             self.index.tend_sketch()
             if not report.pending_files or report.errors:
@@ -537,6 +546,7 @@ class Syncer:
         progress: Progress | None,
         *,
         max_files: int | None = None,
+        max_chars: int | None = None,
         act: Activity | None = None,
     ) -> None:
         e = self.embedder
@@ -555,7 +565,7 @@ class Syncer:
                 progress("embed", n, len(paths))
             todo = store.unembedded(path)
             try:
-                vectors = self._chunk_vectors(e, todo, report, embed=True)
+                vectors = self._chunk_vectors(e, todo, report, embed=True, max_chars=max_chars)
             except Exception as exc:  # a provider failure: keep the file pending, say why
                 self._failed(f"{type(exc).__name__}: {exc}")
                 logger.warning("embedding %s failed: %s", path, self.last_error)
@@ -563,6 +573,8 @@ class Syncer:
                 with contextlib.suppress(apsw.Error), atomic(store.conn):
                     store.set_file_error(path, self.last_error)
                 return  # the provider is down; later files would fail the same way
+            if len(vectors) < len(todo):
+                return  # the budget ran out: the texts embedded so far wait in the cache
             try:
                 with atomic(store.conn):
                     store.add_vectors(path, vectors)
@@ -586,10 +598,13 @@ class Syncer:
         report: SyncReport,
         *,
         embed: bool,
+        max_chars: int | None = None,
     ) -> dict[K, tuple[Vectors, Vectors | None]]:
         """(vector, line vectors) of the chunks (key, hash, text): from the cache, and with
         ``embed`` the missing texts embedded (each distinct one once) and cached; without it,
-        only the chunks whose vector and line vectors are all cached."""
+        only the chunks whose vector and line vectors are all cached. ``max_chars`` (with a
+        cache) stops the embedding after about that much text: the chunks it did not reach are
+        left out."""
         lines = {key: vector_lines(text) for key, _, text in chunks}
         texts: dict[str, str] = {}
         for key, h, text in chunks:
@@ -603,6 +618,8 @@ class Syncer:
             1 for key, h, _ in chunks if h in by_hash and all(lh in by_hash for _, lh in lines[key])
         )
         items = [(h, text) for h, text in texts.items() if h not in by_hash] if embed else []
+        if max_chars is not None and self.cache is not None:
+            items = _first_chars(items, max_chars)
         for start in range(0, len(items), e.batch_size):
             batch = items[start : start + e.batch_size]
             vectors = e.embed_batch([t for _, t in batch], kind="document")
@@ -616,6 +633,16 @@ class Syncer:
             for key, h, _ in chunks
             if h in by_hash and all(lh in by_hash for _, lh in lines[key])
         }
+
+
+def _first_chars(items: list[tuple[str, str]], limit: int) -> list[tuple[str, str]]:
+    """The first (hash, text) pairs holding about ``limit`` characters, one at least."""
+    size = 0
+    for i, (_, text) in enumerate(items):
+        if i and size + len(text) > limit:
+            return items[:i]
+        size += len(text)
+    return items
 
 
 def _tracked(act: Activity, progress: Progress | None) -> Progress:
