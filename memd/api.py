@@ -114,10 +114,15 @@ class Api:
         return [self._ws(params)]
 
     def freshness(
-        self, ws: Workspace, *, waited_ms: int = 0, walked_stale: int = 0
+        self, ws: Workspace, *, waited_ms: int = 0, walked_stale: int = 0, synced: bool = False
     ) -> dict[str, Any]:
         return freshness(
-            ws, self.indexer, self.watchers, waited_ms=waited_ms, walked_stale=walked_stale
+            ws,
+            self.indexer,
+            self.watchers,
+            waited_ms=waited_ms,
+            walked_stale=walked_stale,
+            synced=synced,
         )
 
     def _wait_fresh(self, ws: Workspace, wait_ms: int) -> int:
@@ -265,7 +270,7 @@ class Api:
             self.recorder.submit(ws.root, query, memory_hits)  # off the reply path
         return {
             "results": results,
-            "freshness": self.freshness(ws, waited_ms=waited),
+            "freshness": self.freshness(ws, waited_ms=waited, synced=bool(wait_ms)),
             "provider": outcome.provider if outcome else "none",
             "model": outcome.model if outcome else "",
             "mode": outcome.mode if outcome else (mode or "hybrid"),

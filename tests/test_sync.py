@@ -670,3 +670,20 @@ def test_a_long_file_is_embedded_in_steps_and_equals_a_fresh_rebuild(
         assert steps < 200
     assert steps > 5
     assert dump(index) == fresh_rebuild_dump(config, workspace, fake)
+
+
+def test_count_stale_reads_every_row_in_one_statement(
+    syncer: Syncer, workspace: Path, write: WriteFile, index: Index
+) -> None:
+    from memd.freshness import count_stale
+
+    for name in ("a", "b", "c"):
+        write(f"memory/{name}.md", f"note {name}\n")
+    syncer.sync()
+    write("memory/a.md", "note a, edited to another size\n")  # changed
+    (workspace / "memory/b.md").unlink()  # gone from disk, still indexed
+    write("memory/new.md", "not indexed yet\n")  # new
+    keys = {"memory/a.md", "memory/b.md", "memory/c.md", "memory/new.md", "memory/never.md"}
+    with index.reader() as store:
+        assert count_stale(store, workspace, keys) == 3
+        assert set(store.file_stats(keys)) == {"memory/a.md", "memory/b.md", "memory/c.md"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import apsw
@@ -183,6 +183,14 @@ class Store:
             (path,),
         ).fetchone()
         return None if row is None else FileRow(*row)
+
+    def file_stats(self, paths: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """(size, mtime_ns) of each of ``paths`` that has a row, in one statement."""
+        rows = self.conn.execute(
+            "SELECT path, size, mtime_ns FROM files WHERE path IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(paths)),),
+        )
+        return {str(p): (int(size), int(mtime)) for p, size, mtime in rows}
 
     def touch_file(self, path: str, mtime_ns: int, size: int) -> None:
         """Record a new mtime/size for a file whose content hash did not change."""
