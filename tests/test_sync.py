@@ -687,3 +687,21 @@ def test_count_stale_reads_every_row_in_one_statement(
     with index.reader() as store:
         assert count_stale(store, workspace, keys) == 3
         assert set(store.file_stats(keys)) == {"memory/a.md", "memory/b.md", "memory/c.md"}
+
+
+def test_a_growing_daily_log_equals_a_fresh_rebuild(
+    syncer: Syncer,
+    config: Config,
+    workspace: Path,
+    write: WriteFile,
+    fake: FakeEmbedder,
+    index: Index,
+) -> None:
+    """Appends keep the stored chunks and their vectors; only the tail is looked up."""
+    log = workspace / "memory" / "2026-03-01.md"
+    write("memory/2026-03-01.md", "")
+    for n in range(60):
+        with log.open("a", encoding="utf-8") as f:
+            f.write(f"- note {n}: the orion cluster was resized to {n} nodes\n")
+        syncer.sync(paths={"memory/2026-03-01.md"})
+    assert dump(index) == fresh_rebuild_dump(config, workspace, fake)

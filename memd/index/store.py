@@ -306,6 +306,14 @@ class Store:
         )
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
+    def embedded_keys(self, path: str) -> set[tuple[int, int, str]]:
+        """(start line, end line, hash) of the chunks of ``path`` that have their vectors."""
+        rows = self.conn.execute(
+            "SELECT start_line, end_line, hash FROM chunks WHERE path = ? AND embedded = 1",
+            (path,),
+        )
+        return {(int(r[0]), int(r[1]), str(r[2])) for r in rows}
+
     def has_files(self) -> bool:
         return self.conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is not None
 

@@ -448,18 +448,27 @@ class Syncer:
             count_tokens=self._count_tokens if e else None,
             max_tokens=e.max_tokens if e else None,
         )
-        vectors: dict[str, tuple[Vectors, Vectors | None]] = {}
-        if e is not None and self.cache is not None and same_vectors:
-            vectors = self._chunk_vectors(
-                e, [(c.hash, c.hash, c.text) for c in chunks], report, embed=False
-            )
-        rows = []
+        spans = []
         for c in chunks:
             start, end = c.start_line, c.end_line
             if entry.line_map is not None:  # rendered transcript lines -> JSONL line numbers
                 start, end = map_lines(entry.line_map, start, end)
-            vector, lines = vectors.get(c.hash, (None, None))
-            rows.append(NewChunk(start, end, c.text, c.hash, vector, lines))
+            spans.append((start, end))
+        vectors: dict[str, tuple[Vectors, Vectors | None]] = {}
+        if e is not None and self.cache is not None and same_vectors:
+            # Chunks stored unchanged with their vectors keep them (a grown daily log): only
+            # the others are looked up in the cache.
+            have = store.embedded_keys(entry.rel)
+            wanted = [
+                (c.hash, c.hash, c.text)
+                for c, (start, end) in zip(chunks, spans, strict=True)
+                if (start, end, c.hash) not in have
+            ]
+            vectors = self._chunk_vectors(e, wanted, report, embed=False)
+        rows = [
+            NewChunk(start, end, c.text, c.hash, *vectors.get(c.hash, (None, None)))
+            for c, (start, end) in zip(chunks, spans, strict=True)
+        ]
         with atomic(store.conn):
             store.replace_file(
                 path=entry.rel,
