@@ -228,24 +228,39 @@ def search(
             keyword_rows = store.reads.keyword_candidates(
                 match, options.sources, options.candidates
             )
+        waiting = qvec_future is not None and not qvec_future.done()
         if qvec_future is None:
             hits = _keyword_only(store, keyword_rows, boost_terms, options, now)
-        else:
-            qvec = qvec_future.result()
-            vector_rows = store.reads.vector_candidates(qvec, options.sources, options.candidates)
-            hits = _merge(
-                store,
-                qvec,
-                vector_rows,
-                keyword_rows,
-                boost_terms,
-                options,
-                hybrid=mode == "hybrid",
+        elif not waiting:
+            hits = _vector_half(
+                store, qvec_future.result(), keyword_rows, boost_terms, options, mode, now
             )
-            hits = _finish(store, hits, options, now)
-        for hit in hits:
-            hit.window(boost_terms, options.snippet_chars)
-        return SearchOutcome(hits, mode, provider, model, note)
+    if waiting:
+        assert qvec_future is not None
+        # The model is busy (a document job runs): wait without holding one of the readers
+        # that every other search, get and the writer need. The vector half reads a newer
+        # snapshot; it looks chunks up by id, and one removed meanwhile only loses its vector.
+        qvec = qvec_future.result()
+        with index.reader() as store:
+            hits = _vector_half(store, qvec, keyword_rows, boost_terms, options, mode, now)
+    for hit in hits:
+        hit.window(boost_terms, options.snippet_chars)
+    return SearchOutcome(hits, mode, provider, model, note)
+
+
+def _vector_half(
+    store: Store,
+    qvec: Vectors,
+    keyword_rows: list[ChunkRow],
+    terms: Sequence[str],
+    options: SearchOptions,
+    mode: Mode,
+    now: float | None,
+) -> list[Hit]:
+    """Hybrid or vector hits: the vector candidates, merged with the keyword ones."""
+    vector_rows = store.reads.vector_candidates(qvec, options.sources, options.candidates)
+    hits = _merge(store, qvec, vector_rows, keyword_rows, terms, options, hybrid=mode == "hybrid")
+    return _finish(store, hits, options, now)
 
 
 def _why_no_vectors(embedder: Embedder | None, identity: object, store: Store) -> str | None:

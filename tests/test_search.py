@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from memd.config import Config, SearchConfig
+from memd.embed.base import Vectors
 from memd.embed.fake import FakeEmbedder
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
@@ -444,3 +448,62 @@ def test_quiet_time_empties_the_idle_readers_page_caches(
     index.release_memory()
     assert cached() < before / 4
     assert paths(search(index, "heron river", opts(mode="keyword"), embedder=None))
+
+
+class SlowQueries(FakeEmbedder):
+    """Query vectors that wait for ``gate`` (a model busy with a document job)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.asked = threading.Event()
+
+    def start_query(self, text: str) -> Future[Vectors]:
+        future: Future[Vectors] = Future()
+
+        def answer() -> None:
+            self.asked.set()
+            self.gate.wait(10)
+            future.set_result(self.embed_query(text))
+
+        threading.Thread(target=answer, daemon=True).start()
+        return future
+
+
+def test_a_search_waiting_for_its_query_vector_holds_no_reader(
+    config: Config, workspace: Path, write: WriteFile, cache: EmbeddingCache
+) -> None:
+    """While the model is busy, hybrid searches wait for their vectors; holding a reader
+    meanwhile, eight of them kept every get, keyword search and the writer waiting."""
+    from memd.index.index import MAX_READERS
+
+    slow = SlowQueries()
+    index = Index(config.index_dir / "ws.sqlite", use_vec=config.index.sqlite_vec)
+    index.open()
+    try:
+        write("MEMORY.md", "The staging cluster is called Orion.\n")
+        Syncer(index, workspace, config=config.index, embedder=slow, cache=cache).sync()
+        outcome: dict[str, Any] = {}
+        searching = threading.Thread(
+            target=lambda: outcome.update(r=search(index, "staging cluster", opts(), embedder=slow))
+        )
+        searching.start()
+        assert slow.asked.wait(5)
+        time.sleep(0.1)  # the keyword half is done and the search waits for the vector
+        held = threading.Event()
+
+        def take_all() -> None:
+            with contextlib.ExitStack() as stack:
+                for _ in range(MAX_READERS):
+                    stack.enter_context(index.reader())
+                held.set()
+
+        taker = threading.Thread(target=take_all, daemon=True)
+        taker.start()
+        assert held.wait(5), "a search waiting for its query vector holds a reader"
+        slow.gate.set()
+        searching.join(10)
+        assert paths(outcome["r"]) == ["MEMORY.md"] and outcome["r"].mode == "hybrid"
+    finally:
+        slow.gate.set()
+        index.close()
