@@ -30,6 +30,7 @@ from typing import Any
 from memd.dreams.dreaming import run_promotion
 from memd.dreams.ranking import Thresholds
 from memd.embed.worker import DOCUMENT_JOB_CHARS
+from memd.index.index import reads_first
 from memd.index.sync import SyncReport
 from memd.markdown.append import Appended, append_daily
 from memd.registry import Workspace, Workspaces
@@ -226,6 +227,7 @@ class Indexer:
     # -- the writer thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
+        reads_first()
         while True:
             idle = not self._has_embedding_work()
             try:
@@ -437,6 +439,7 @@ class Indexer:
             return
 
         def run() -> None:
+            reads_first()
             try:
                 report = ws.syncer.rebuild(reason="forced" if future else ws.syncer.state()[1])
                 ws.last_report = report

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
@@ -481,3 +482,33 @@ def test_an_append_waits_for_one_slice_of_a_bulk_edit_not_all_of_it(
     with client(daemon) as c:
         found = c.call("search", workspace="agent", query="urgent note checkout", mode="keyword")
         assert found["results"]
+
+
+def test_the_writer_reads_without_queueing_behind_searches(daemon: Daemon, ws: Path) -> None:
+    """With every shared reader taken (64 sessions searching), an append still lands: the
+    writer's own reads (the index identity, the vector sketch) do not queue with them."""
+    from memd.index.index import MAX_READERS
+
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+    assert daemon.parts is not None
+    agent = daemon.parts.registry.get("agent")
+    release, held = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with contextlib.ExitStack() as stack:
+            for _ in range(MAX_READERS):
+                stack.enter_context(agent.index.reader())
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(5)
+        appended = daemon.parts.indexer.append(agent, "written while every reader is out")
+        assert appended.result(10).path.startswith("memory/")
+    finally:
+        release.set()
+        holder.join(10)

@@ -25,7 +25,16 @@ from memd.index.store import Store, VectorStore
 # searching at once share these instead of growing the daemon by a connection each.
 MAX_READERS = max(4, 4 * (os.cpu_count() or 1))
 
-__all__ = ["Index"]
+__all__ = ["Index", "reads_first"]
+
+_first = threading.local()
+
+
+def reads_first() -> None:
+    """Let the calling thread (the writer) read without queueing for the readers the searches
+    share: under 64 sessions the writer waited there for most of a bulk edit."""
+    _first.on = True
+
 
 logger = logging.getLogger(__name__)
 
@@ -168,9 +177,12 @@ class Index:
 
     @contextlib.contextmanager
     def reader(self) -> Iterator[Store]:
-        """A read-only store from the pool (waiting while MAX_READERS are out), returned to it
-        afterwards."""
-        with self._readers, self._lock.shared():
+        """A read-only store from the pool (waiting while MAX_READERS are out, unless the thread
+        reads first), returned to it afterwards."""
+        with (
+            contextlib.nullcontext() if getattr(_first, "on", False) else self._readers,
+            self._lock.shared(),
+        ):
             with self._pool_lock:
                 conn = self._pool.pop() if self._pool else None
             if conn is None:
