@@ -234,37 +234,38 @@ class Indexer:
                 job = self._queue.get(timeout=0.5 if idle else 0.0)
             except queue.Empty:
                 job = None
-            continued = False
             if job is not None:
                 if job.kind == "stop":
                     return
-                continued = self._do(job)
+                self._do(job)
                 self.jobs_done += 1
             if self._stopping.is_set():
                 return
-            if not continued:  # a bulk edit's keyword rows come before its vectors
+            if not self._syncs_queued():  # changed files' keyword rows before any vectors
                 self._embed_one()
 
-    def _do(self, job: _Job) -> bool:
-        """Run ``job``; True when it was queued again to go on with the rest of its files."""
+    def _syncs_queued(self) -> bool:
+        with self._lock:
+            return any(state.queued is not None for state in self._states.values())
+
+    def _do(self, job: _Job) -> None:
         # A sync job that goes on after its first slice is already running.
         if job.kind == "skip" or not (
             job.future.running() or job.future.set_running_or_notify_cancel()
         ):
-            return False
+            return
         ws = self._workspace(job.root)
         if ws is None:
             job.future.set_exception(RuntimeError(f"workspace {job.root} was removed"))
-            return False
+            return
         try:
             if job.kind == "sync":
                 report = self._sync(ws, job)
                 if job.payload is not None:  # the report of its earlier slices
                     job.payload.add(report)
                     report = job.payload
-                if self._go_on(ws, job, report):
-                    return True
-                job.future.set_result(report)
+                if not self._go_on(ws, job, report):  # else it goes on with the rest later
+                    job.future.set_result(report)
             elif job.kind == "append":
                 self._append_batch(ws, job)
             elif job.kind == "promote":
@@ -277,7 +278,6 @@ class Indexer:
         except Exception as exc:  # handed to whoever waits; the writer goes on
             logger.warning("%s of %s failed: %s", job.kind, ws.name, exc)
             job.future.set_exception(exc)
-        return False
 
     def _go_on(self, ws: Workspace, job: _Job, report: SyncReport) -> bool:
         """Queue ``job`` again when changed files remain after its slice (True), behind the
@@ -290,7 +290,9 @@ class Indexer:
             job.payload = report
             newer = state.queued
             if newer is None:
-                job.seq = next(self._seq)
+                # Behind what came meanwhile, ahead of what comes next: a stream of appends
+                # takes turns with the slices instead of starving them.
+                job.priority, job.seq = URGENT, next(self._seq)
                 state.queued = job
         if newer is None:
             self._queue.put(job)
