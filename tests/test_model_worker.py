@@ -307,3 +307,42 @@ def test_daemon_survives_a_worker_that_dies_on_every_document_batch(tmp_path: Pa
             assert st["provider"]["worker"]["state"] == "running"
             back = c.search("crashy", "what is the staging cluster called")
             assert back["mode"] == "hybrid" and back["results"][0]["path"] == "MEMORY.md"
+
+
+@needs_model
+def test_a_query_stops_the_running_document_job_which_is_run_again(tmp_path: Path) -> None:
+    """A search's query does not wait for the document job the worker runs: llama.cpp's abort
+    callback stops it (SIGUSR1), the query goes first, and the job runs again whole: the
+    vectors are those of an undisturbed run and the worker did not die."""
+    import threading
+
+    from memd.embed.worker import WorkerEmbedder
+
+    inner = embedder(tmp_path)
+    wrapped = WorkerEmbedder(inner)
+    # About 350 tokens each, over 1,024 characters: one job per text.
+    texts = [
+        " ".join(f"word{i} about the orion cluster" for i in range(50)) + f" {n}" for n in range(3)
+    ]
+    try:
+        expected = inner.embed_batch(texts)  # directly: nothing to stop it
+        restarts = inner.health()["restarts"]  # (a CPU whose default mode crashes: 1)
+        done: dict[str, np.ndarray] = {}
+        documents = threading.Thread(target=lambda: done.update(v=wrapped.embed_batch(texts)))
+        documents.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            running = wrapped.worker._running  # the job on the model now
+            if running is not None and running.kind == "document":
+                break
+            time.sleep(0.001)
+        time.sleep(0.02)  # inside its decode
+        query = wrapped.start_query("where is the orion cluster").result(60)
+        documents_still_running = documents.is_alive()
+        documents.join(120)
+        assert query.shape == (384,)
+        assert wrapped.worker.preempted >= 1 and documents_still_running
+        np.testing.assert_allclose(done["v"], expected, atol=1e-5)
+        assert inner.health()["restarts"] == restarts and inner.health()["state"] == "running"
+    finally:
+        wrapped.close()

@@ -14,10 +14,14 @@ import numpy.typing as npt
 
 from memd.text import estimate_tokens
 
-__all__ = ["Embedder", "Kind", "Vectors", "normalize"]
+__all__ = ["Embedder", "Kind", "Preempted", "Vectors", "normalize"]
 
 Kind = Literal["document", "query"]
 Vectors = npt.NDArray[np.float32]
+
+
+class Preempted(Exception):
+    """A document job stopped part way so that a query could go first; it is run again."""
 
 
 class Embedder(ABC):
@@ -42,6 +46,10 @@ class Embedder(ABC):
         """Embed one search query; return a vector of shape (dims,)."""
         vector: Vectors = self.embed_batch([text], kind="query")[0]
         return vector
+
+    def preempt(self) -> None:
+        """Ask a running document job to stop for a query: it then raises Preempted. Only the
+        local model's worker process can; elsewhere this does nothing."""
 
     def start_query(self, text: str) -> Future[Vectors]:
         """Begin embedding a search query; the future's result is its vector of shape (dims,).

@@ -8,6 +8,10 @@ length and a msgpack map. Requests: ``{"op": "load", ...}`` (once, first), ``{"o
 ``{"ok": result}`` or ``{"error": message}`` for errors the model reports in an orderly way
 (an input too long); a crash is the process dying, which the supervisor sees and handles.
 
+A document embedding can be stopped for a query: the daemon sends SIGUSR1, llama.cpp's abort
+callback sees it between two steps of the decode, and the reply is ``{"preempted": true}``;
+the daemon sends the query, then the documents again.
+
 It exits when stdin closes (the daemon stopped or died), and on Linux also when the daemon dies
 while the worker is stuck in native code (PR_SET_PDEATHSIG).
 """
@@ -20,9 +24,12 @@ import signal
 import struct
 import sys
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import msgpack
+
+if TYPE_CHECKING:
+    from memd.embed.llama import LlamaEmbedder
 
 __all__ = ["FAULT_ENV", "HEADER", "MAX_FRAME", "pack_frame", "read_frame", "write_frame"]
 
@@ -61,6 +68,26 @@ def read_frame(inp: IO[bytes]) -> dict[str, Any] | None:
     if not isinstance(message, dict):
         raise ValueError("a frame must hold a map")
     return message
+
+
+class _Preemption:
+    """SIGUSR1 asks (``asked``); a document embedding (``armed``) stops at the next step of its
+    decode, which takes the request (so a late signal stops at most one job)."""
+
+    def __init__(self) -> None:
+        self.asked = self.armed = self.fired = False
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        self.asked = True
+
+    def abort(self) -> bool:
+        if self.armed and self.asked:
+            self.asked, self.fired = False, True
+            return True
+        return False
+
+
+_preemption = _Preemption()
 
 
 class _Faults:
@@ -137,6 +164,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                     extra_bufts=bool(request["extra_bufts"]),
                 )
                 engine.load()
+                engine.allow_abort(_preemption.abort)
                 result: Any = {"pid": os.getpid(), "dims": engine.dims}
             elif engine is None:
                 raise ProviderUnavailable(f"{op!r} before the model was loaded")
@@ -144,7 +172,10 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 embeds += 1
                 faults.at(f"embed{embeds}")
                 faults.at(str(request["kind"]))
-                vectors = engine.embed_batch(request["texts"], kind=request["kind"])
+                vectors = _embed(engine, request["texts"], str(request["kind"]))
+                if vectors is None:
+                    write_frame(out, {"preempted": True})
+                    continue
                 result = {"rows": int(vectors.shape[0]), "data": vectors.tobytes()}
             elif op == "tokens":
                 result = engine.count_tokens(request["text"])
@@ -159,8 +190,25 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
         write_frame(out, {"ok": result})
 
 
+def _embed(engine: LlamaEmbedder, texts: list[str], kind: str) -> Any:
+    """The vectors of ``texts``, or None when a query asked the document embedding to stop."""
+    if kind == "query":
+        _preemption.asked = False  # the query that asked is served now
+        return engine.embed_batch(texts, kind="query")
+    _preemption.armed, _preemption.fired = True, False
+    try:
+        return engine.embed_batch(texts, kind="document")
+    except RuntimeError:
+        if _preemption.fired:
+            return None
+        raise
+    finally:
+        _preemption.armed = False
+
+
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on `memd run` is the daemon's to handle
+    signal.signal(signal.SIGUSR1, _preemption.on_signal)
     _die_with_parent()
     # A core file per native crash of a 100 MB model process helps nobody; the daemon logs it.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

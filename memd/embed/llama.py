@@ -17,7 +17,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,7 @@ class LlamaEmbedder(Embedder):
         )
         self.fingerprint = _fingerprint(self.path)
         self._llm: Any = None
+        self._abort: Any = None  # the ctypes callback, kept alive while llama.cpp holds it
         self._pool_none = False
         self._lock = threading.Lock()
 
@@ -196,6 +197,16 @@ class LlamaEmbedder(Embedder):
         if self._pool_none:  # per-token vectors: mean-pool them
             out = [np.mean(np.asarray(tokens, dtype=np.float32), axis=0) for tokens in out]
         return normalize(np.asarray(out, dtype=np.float32))
+
+    def allow_abort(self, callback: Callable[[], bool]) -> None:
+        """Have llama.cpp ask ``callback`` between the steps of a decode; True stops the decode
+        (the embedding then raises). The worker process uses it to let a query go first."""
+        import llama_cpp
+
+        with self._lock:
+            llm = self._load()
+            self._abort = llama_cpp.ggml_abort_callback(lambda _data: bool(callback()))
+            llama_cpp.llama_set_abort_callback(llm._ctx.ctx, self._abort, None)
 
     def close(self) -> None:
         with self._lock:

@@ -40,7 +40,7 @@ import msgpack
 import numpy as np
 
 from memd.atomicfile import write_atomic
-from memd.embed.base import Embedder, Kind, Vectors
+from memd.embed.base import Embedder, Kind, Preempted, Vectors
 from memd.embed.host import HEADER, MAX_FRAME, pack_frame
 from memd.embed.llama import LlamaEmbedder
 from memd_client.errors import ProviderUnavailable
@@ -172,6 +172,8 @@ class ProcessEmbedder(Embedder):
 
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        # The worker that has loaded its model, and so handles SIGUSR1 (before, it would die).
+        self._loaded: subprocess.Popen[bytes] | None = None
         self._selector: selectors.BaseSelector | None = None
         self._mode = 0
         self.mode_reason = ""
@@ -205,6 +207,14 @@ class ProcessEmbedder(Embedder):
 
     def count_tokens(self, text: str) -> int:
         return int(self._request({"op": "tokens", "text": text}, self.timeout))
+
+    def preempt(self) -> None:
+        """Ask the worker to stop the document embedding it runs (SIGUSR1): the call raises
+        Preempted and the query queued behind it goes first."""
+        proc = self._loaded
+        if proc is not None and proc is self._proc and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGUSR1)
 
     def probe(self) -> None:
         """Start the worker and embed one text, walking the load modes if it dies doing so."""
@@ -262,6 +272,8 @@ class ProcessEmbedder(Embedder):
                     continue
                 if "error" in reply:
                     raise ProviderUnavailable(f"local model: {reply['error']}")
+                if reply.get("preempted"):
+                    raise Preempted()
                 if message["op"] == "embed":
                     self._succeeded()
                 return reply["ok"]
@@ -296,6 +308,7 @@ class ProcessEmbedder(Embedder):
         if "error" in reply:
             self._stop(graceful=True)
             self._give_up(f"local model {self.path.name} failed to load: {reply['error']}")
+        self._loaded = self._proc
         logger.info(
             "local model worker %d started: %s (%s)", self._proc.pid, self.path.name, mode.label
         )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memd.embed.base import Embedder, Kind, Vectors
+from memd.embed.base import Embedder, Kind, Preempted, Vectors
 from memd_client.errors import ProviderUnavailable
 
 __all__ = ["EmbeddingWorker", "WorkerEmbedder"]
@@ -40,7 +40,8 @@ class EmbeddingWorker:
     """Serialises every call into an embedder through one thread (llama.cpp is not re-entrant).
 
     Jobs are served by priority: a search's query waits for at most the document job that is
-    already running, never for the queue behind it.
+    already running, never for the queue behind it, and an embedder that can (the local
+    model's worker) stops that job for it: the job is run again after the query.
     """
 
     def __init__(self, embedder: Embedder, *, name: str = "memd-embed") -> None:
@@ -51,6 +52,8 @@ class EmbeddingWorker:
         self._stopping = threading.Event()
         self._started = False
         self._lock = threading.Lock()
+        self._running: _Job | None = None
+        self.preempted = 0  # document jobs stopped for a query (and run again)
 
     def start(self) -> None:
         with self._lock:
@@ -64,6 +67,9 @@ class EmbeddingWorker:
         self.start()
         future: Future[Vectors] = Future()
         self._queue.put(_Job(_PRIORITY[kind], next(self._seq), list(texts), kind, future))
+        running = self._running
+        if kind == "query" and running is not None and running.kind == "document":
+            self.embedder.preempt()
         return future
 
     def embed(
@@ -85,22 +91,34 @@ class EmbeddingWorker:
                 job = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if job.seq >= 0 and job.future.set_running_or_notify_cancel():
+            if job.seq >= 0 and _claim(job.future):
                 job.future.set_exception(RuntimeError("embedding worker stopped"))
 
     def _run(self) -> None:
         while True:
             job = self._queue.get()
             if job.seq < 0 or self._stopping.is_set():
-                if job.seq >= 0 and job.future.set_running_or_notify_cancel():
+                if job.seq >= 0 and _claim(job.future):
                     job.future.set_exception(RuntimeError("embedding worker stopped"))
                 return
-            if not job.future.set_running_or_notify_cancel():
+            if not _claim(job.future):
                 continue
+            self._running = job
             try:
                 job.future.set_result(self.embedder.embed_batch(job.texts, kind=job.kind))
+            except Preempted:
+                self.preempted += 1
+                self._queue.put(job)  # its place among the documents: first
             except BaseException as exc:  # handed to the caller, who decides what it means
                 job.future.set_exception(exc)
+            finally:
+                self._running = None
+
+
+def _claim(future: Future[Vectors]) -> bool:
+    """Mark ``future`` running (a job stopped for a query comes back running); False when it
+    was cancelled."""
+    return future.running() or future.set_running_or_notify_cancel()
 
 
 def _document_jobs(texts: Sequence[str]) -> Iterator[Sequence[str]]:
