@@ -61,6 +61,7 @@ def test_reference_vectors_come_from_another_process(tmp_path: Path) -> None:
         worker = e.health()
         assert worker["state"] == "running" and worker["pid"] not in (None, os.getpid())
         assert e.count_tokens("hello world") == 4  # [CLS] hello world [SEP], from the worker
+        assert e.count_tokens_many(["hello world", "hello", "hello world"]) == [4, 3, 4]
     finally:
         e.close()
     assert vectors.shape == (5, 384)

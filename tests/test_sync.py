@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -416,6 +417,7 @@ def _generation(index: Index) -> int:
 
 KILL_SCRIPT = """
 import sys, time
+from collections.abc import Sequence
 from pathlib import Path
 from memd.config import IndexConfig
 from memd.embed.fake import FakeEmbedder
@@ -705,3 +707,37 @@ def test_a_growing_daily_log_equals_a_fresh_rebuild(
             f.write(f"- note {n}: the orion cluster was resized to {n} nodes\n")
         syncer.sync(paths={"memory/2026-03-01.md"})
     assert dump(index) == fresh_rebuild_dump(config, workspace, fake)
+
+
+class CountingTokens(FakeEmbedder):
+    """Counts the asks for token counts (each a round trip to a model in its own process)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.single: list[str] = []
+        self.batches: list[int] = []
+
+    def count_tokens(self, text: str) -> int:
+        self.single.append(text)
+        return super().count_tokens(text)
+
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        self.batches.append(len(texts))
+        return [super(CountingTokens, self).count_tokens(t) for t in texts]
+
+
+def test_a_file_asks_for_its_token_counts_in_one_round_trip(
+    index: Index, workspace: Path, config: Config, write: WriteFile, cache: EmbeddingCache
+) -> None:
+    counting = CountingTokens()
+    syncer = Syncer(index, workspace, config=config.index, embedder=counting, cache=cache)
+    write(
+        "memory/topic.md",
+        "".join(f"## part {n}\n\n" + "orion notes. " * 120 + "\n\n" for n in range(6)),
+    )
+    syncer.sync()
+    assert counting.batches and max(counting.batches) >= 6
+    assert counting.single == []  # nothing over the model's limit: no ask one by one
+    counting.batches.clear()
+    syncer.sync(force=True)  # the same chunks again: remembered, not asked
+    assert counting.batches == []

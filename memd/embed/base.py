@@ -68,6 +68,11 @@ class Embedder(ABC):
         """Count the tokens ``text`` costs this model; an estimate unless the model can tokenize."""
         return estimate_tokens(text)
 
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        """:meth:`count_tokens` of each of ``texts`` (one round trip where the model is remote
+        or in a process of its own)."""
+        return [self.count_tokens(t) for t in texts]
+
     def settings(self) -> dict[str, object]:
         """Everything that changes the vectors (never secrets)."""
         return {"provider": self.provider, "model": self.model, "dims": self.dims}

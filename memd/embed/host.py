@@ -4,7 +4,8 @@ Started by memd/embed/process.py as ``python -m memd.embed.host``. It reads requ
 stdin and writes replies to the stdout it was given; its own fd 1 is pointed at stderr first,
 so nothing a native library prints can corrupt the protocol. Each frame is a 4-byte big-endian
 length and a msgpack map. Requests: ``{"op": "load", ...}`` (once, first), ``{"op": "embed",
-"texts": [...], "kind": "query"|"document"}``, ``{"op": "tokens", "text": ...}``. Replies:
+"texts": [...], "kind": "query"|"document"}``, ``{"op": "tokens", "text": ...}`` (or
+``"texts": [...]``: a list of counts). Replies:
 ``{"ok": result}`` or ``{"error": message}`` for errors the model reports in an orderly way
 (an input too long); a crash is the process dying, which the supervisor sees and handles.
 
@@ -178,7 +179,10 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                     continue
                 result = {"rows": int(vectors.shape[0]), "data": vectors.tobytes()}
             elif op == "tokens":
-                result = engine.count_tokens(request["text"])
+                if "texts" in request:
+                    result = [engine.count_tokens(t) for t in request["texts"]]
+                else:
+                    result = engine.count_tokens(request["text"])
             else:
                 raise ProviderUnavailable(f"unknown request {op!r}")
         except ProviderUnavailable as exc:

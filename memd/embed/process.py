@@ -208,6 +208,12 @@ class ProcessEmbedder(Embedder):
     def count_tokens(self, text: str) -> int:
         return int(self._request({"op": "tokens", "text": text}, self.timeout))
 
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        counts = self._request({"op": "tokens", "texts": list(texts)}, self.timeout)
+        return [int(n) for n in counts]
+
     def preempt(self) -> None:
         """Ask the worker to stop the document embedding it runs (SIGUSR1): the call raises
         Preempted and the query queued behind it goes first."""

@@ -202,6 +202,9 @@ class WorkerEmbedder(Embedder):
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        return self.inner.count_tokens_many(texts)
+
     def settings(self) -> dict[str, object]:
         return self.inner.settings()
 

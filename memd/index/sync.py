@@ -27,7 +27,7 @@ import numpy as np
 from memd.config import IndexConfig, SessionsConfig
 from memd.embed.base import Embedder, Vectors
 from memd.index.cache import EmbeddingCache
-from memd.index.chunk import chunk_text, vector_lines
+from memd.index.chunk import chunk_markdown, fit_to_model, vector_lines
 from memd.index.db import atomic, translate_errors
 from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
@@ -422,14 +422,34 @@ class Syncer:
         if self._token_owner is not self.embedder:  # another model counts differently
             self._token_counts.clear()
             self._token_owner = self.embedder
-        key = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        key = _digest(text)
         count = self._token_counts.get(key)
         if count is None:
             count = self.embedder.count_tokens(text)
-            if len(self._token_counts) >= TOKEN_COUNTS_KEPT:
-                self._token_counts.clear()
-            self._token_counts[key] = count
+            self._remember_count(key, count)
         return count
+
+    def _count_all(self, texts: list[str]) -> None:
+        """Ask the model for the token counts of ``texts`` it was not asked before, in one
+        round trip: a checkout of 1,000 files asked once per chunk, each ask waiting for the
+        query the model was embedding."""
+        assert self.embedder is not None
+        if self._token_owner is not self.embedder:
+            self._token_counts.clear()
+            self._token_owner = self.embedder
+        keys = {_digest(t): t for t in texts}
+        new = [k for k in keys if k not in self._token_counts]
+        if len(new) < 2:
+            return  # one text: the single ask is the same round trip
+        for key, count in zip(
+            new, self.embedder.count_tokens_many([keys[k] for k in new]), strict=True
+        ):
+            self._remember_count(key, count)
+
+    def _remember_count(self, key: bytes, count: int) -> None:
+        if len(self._token_counts) >= TOKEN_COUNTS_KEPT:
+            self._token_counts.clear()
+        self._token_counts[key] = count
 
     def _index_file(
         self,
@@ -441,13 +461,10 @@ class Syncer:
         same_vectors: bool,
     ) -> None:
         e = self.embedder
-        chunks = chunk_text(
-            text,
-            self.config.chunk_tokens,
-            self.config.chunk_overlap,
-            count_tokens=self._count_tokens if e else None,
-            max_tokens=e.max_tokens if e else None,
-        )
+        chunks = chunk_markdown(text, self.config.chunk_tokens, self.config.chunk_overlap)
+        if e is not None:
+            self._count_all([c.text for c in chunks])
+            chunks = fit_to_model(chunks, self._count_tokens, e.max_tokens)
         spans = []
         for c in chunks:
             start, end = c.start_line, c.end_line
@@ -642,6 +659,10 @@ class Syncer:
             for key, h, _ in chunks
             if h in by_hash and all(lh in by_hash for _, lh in lines[key])
         }
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _first_chars(items: list[tuple[str, str]], limit: int) -> list[tuple[str, str]]:
