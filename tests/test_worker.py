@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
 
-from memd.embed.base import Kind, Vectors
+from memd.embed.base import Kind, Preempted, Vectors
 from memd.embed.fake import EmbedFailure, FakeEmbedder
 from memd.embed.worker import EmbeddingWorker, WorkerEmbedder
 
@@ -136,3 +137,49 @@ def test_one_long_text_is_one_job() -> None:
     assert vectors.shape == (3, 8)
     # A text over the limit is never cut, and nothing joins a job already over it.
     assert inner.order == ["y" * 5000, "z" * 5000, "short"]
+
+
+class Stoppable(FakeEmbedder):
+    """Document jobs that run until released, and stop when asked (as the model worker's do)."""
+
+    def __init__(self) -> None:
+        super().__init__(dims=8)
+        self.asked = threading.Event()
+        self.release = threading.Event()
+        self.document_runs = 0
+        self.running = threading.Semaphore(0)
+
+    def preempt(self) -> None:
+        self.asked.set()
+
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        if kind == "document":
+            self.document_runs += 1
+            self.running.release()
+            while not self.release.wait(0.001):
+                if self.asked.is_set():
+                    self.asked.clear()
+                    raise Preempted()
+        return super().embed_batch(texts, kind=kind)
+
+
+def test_a_query_stops_a_document_job_once_at_most() -> None:
+    """Queries arriving faster than a job takes must not starve it: stopped once, it runs to
+    its end, and the queries after that wait for it."""
+    inner = Stoppable()
+    worker = EmbeddingWorker(inner)
+    try:
+        doc = worker.submit(["the document"], "document")
+        assert inner.running.acquire(timeout=5)
+        first = worker.submit(["first query"], "query")
+        assert first.result(5).shape == (1, 8)  # went ahead of the stopped job
+        assert inner.running.acquire(timeout=5)  # the job runs again
+        second = worker.submit(["second query"], "query")
+        time.sleep(0.1)
+        assert not second.done() and not doc.done()  # not stopped twice
+        inner.release.set()
+        assert doc.result(5).shape == (1, 8) and second.result(5).shape == (1, 8)
+    finally:
+        inner.release.set()
+        worker.stop()
+    assert worker.preempted == 1 and inner.document_runs == 2

@@ -34,6 +34,7 @@ class _Job:
     texts: Sequence[str] = field(compare=False)
     kind: Kind = field(compare=False)
     future: Future[Vectors] = field(compare=False)
+    stopped: bool = field(compare=False, default=False)  # once stopped for a query
 
 
 class EmbeddingWorker:
@@ -68,8 +69,11 @@ class EmbeddingWorker:
         future: Future[Vectors] = Future()
         self._queue.put(_Job(_PRIORITY[kind], next(self._seq), list(texts), kind, future))
         running = self._running
+        # A job is stopped once at most: queries arriving faster than a job takes would
+        # otherwise starve the documents (and the writer waiting for them) for good.
         if kind == "query" and running is not None and running.kind == "document":
-            self.embedder.preempt()
+            if not running.stopped:
+                self.embedder.preempt()
         return future
 
     def embed(
@@ -108,6 +112,7 @@ class EmbeddingWorker:
                 job.future.set_result(self.embedder.embed_batch(job.texts, kind=job.kind))
             except Preempted:
                 self.preempted += 1
+                job.stopped = True
                 self._queue.put(job)  # its place among the documents: first
             except BaseException as exc:  # handed to the caller, who decides what it means
                 job.future.set_exception(exc)
