@@ -1,12 +1,12 @@
 """The single writer: one thread applies every index write of every workspace.
 
 Watcher batches, periodic reconciles, appends, promotions into MEMORY.md and read-your-writes
-waits all become jobs on one priority queue; between jobs the thread embeds pending files one
-at a time, so a long embedding backlog never holds up a write that someone waits for. A write
-someone waits for indexes only the files it wrote, and a sync of many changed files (a
-``git checkout``) goes SYNC_SLICE files at a time, so an append waits for one slice of a bulk
-edit, not all of it. A rebuild runs on a thread of its own, building a new file while the live
-index serves.
+waits all become jobs on one priority queue; between jobs, when no sync is queued, the thread
+embeds a step of the pending text (EMBED_STEP_CHARS), so a long embedding backlog never holds
+up a write that someone waits for. A write someone waits for indexes only the files it wrote,
+and a sync of many changed files (a ``git checkout``) goes SYNC_SLICE files at a time, so an
+append waits for one slice of a bulk edit, not all of it. A rebuild runs on a thread of its
+own, building a new file while the live index serves.
 
 Over 400 lines: every kind of write the one writer thread takes, with its queueing.
 """
