@@ -102,6 +102,8 @@ def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
 
 def count_stale(store: Store, root: Path, keys: set[str]) -> int:
     """How many of ``keys`` are not indexed as they are on disk (size and mtime)."""
+    if not keys:
+        return 0  # most replies: nothing pending, no statement
     rows = store.file_stats(keys)
     stale = 0
     for rel in keys:
