@@ -249,10 +249,7 @@ class Indexer:
             return any(state.queued is not None for state in self._states.values())
 
     def _do(self, job: _Job) -> None:
-        # A sync job that goes on after its first slice is already running.
-        if job.kind == "skip" or not (
-            job.future.running() or job.future.set_running_or_notify_cancel()
-        ):
+        if job.kind == "skip" or not _claim(job.future):
             return
         ws = self._workspace(job.root)
         if ws is None:
@@ -458,8 +455,14 @@ class Indexer:
         thread.start()
 
 
+def _claim(future: Future[Any]) -> bool:
+    """Mark ``future`` running (a sync that goes on after its first slice already is); False
+    when it was cancelled."""
+    return future.running() or future.set_running_or_notify_cancel()
+
+
 def _relay(source: Future[SyncReport], *, target: Future[SyncReport]) -> None:
-    if target.done() or not (target.running() or target.set_running_or_notify_cancel()):
+    if target.done() or not _claim(target):
         return
     exc = source.exception()
     if exc is not None:

@@ -699,7 +699,8 @@ def test_a_growing_daily_log_equals_a_fresh_rebuild(
     fake: FakeEmbedder,
     index: Index,
 ) -> None:
-    """Appends keep the stored chunks and their vectors; only the tail is looked up."""
+    """Appends keep the stored chunks and their vectors (only the others are looked up in the
+    cache); the index still equals a fresh rebuild."""
     log = workspace / "memory" / "2026-03-01.md"
     write("memory/2026-03-01.md", "")
     for n in range(60):

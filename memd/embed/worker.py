@@ -15,7 +15,7 @@ import numpy as np
 from memd.embed.base import Embedder, Kind, Preempted, Vectors
 from memd_client.errors import ProviderUnavailable
 
-__all__ = ["EmbeddingWorker", "WorkerEmbedder"]
+__all__ = ["DOCUMENT_JOB_CHARS", "EmbeddingWorker", "WorkerEmbedder", "document_jobs"]
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +126,11 @@ def _claim(future: Future[Vectors]) -> bool:
     return future.running() or future.set_running_or_notify_cancel()
 
 
-def _document_jobs(texts: Sequence[str]) -> Iterator[Sequence[str]]:
-    """``texts`` cut into runs of about DOCUMENT_JOB_CHARS characters, in order."""
+def document_jobs(texts: Sequence[str], limit: int = DOCUMENT_JOB_CHARS) -> Iterator[Sequence[str]]:
+    """``texts`` cut into runs of about ``limit`` characters (one text at least), in order."""
     start = size = 0
     for i, text in enumerate(texts):
-        if i > start and size + len(text) > DOCUMENT_JOB_CHARS:
+        if i > start and size + len(text) > limit:
             yield texts[start:i]
             start, size = i, 0
         size += len(text)
@@ -182,7 +182,7 @@ class WorkerEmbedder(Embedder):
     def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
         if kind == "query" or len(texts) < 2:
             return self.worker.embed(texts, kind)
-        parts = [self.worker.embed(job, kind) for job in _document_jobs(texts)]
+        parts = [self.worker.embed(job, kind) for job in document_jobs(texts)]
         return np.concatenate(parts)
 
     def embed_query(self, text: str) -> Vectors:

@@ -76,10 +76,9 @@ class SyncReport:
 
     def add(self, later: SyncReport) -> None:
         """Fold in the report of a later slice of the same sync."""
-        for name in ("scanned", "indexed", "unchanged", "removed", "chunks_written"):
+        counts = ("scanned", "indexed", "unchanged", "removed", "chunks_written", "embedded")
+        for name in (*counts, "cache_hits"):
             setattr(self, name, getattr(self, name) + getattr(later, name))
-        self.embedded += later.embedded
-        self.cache_hits += later.cache_hits
         self.pending_files = later.pending_files
         self.rebuilt = self.rebuilt or later.rebuilt
         self.reason = later.reason or self.reason

@@ -26,6 +26,7 @@ import numpy as np
 
 from memd.config import IndexConfig, SessionsConfig
 from memd.embed.base import Embedder, Vectors
+from memd.embed.worker import document_jobs
 from memd.index.cache import EmbeddingCache
 from memd.index.chunk import chunk_markdown, fit_to_model, vector_lines
 from memd.index.db import atomic, translate_errors
@@ -419,11 +420,8 @@ class Syncer:
         """The model's token count of ``text``, remembered by digest: re-chunking a grown daily
         log asks again for every chunk it had, and each ask is a round trip to the model."""
         assert self.embedder is not None
-        if self._token_owner is not self.embedder:  # another model counts differently
-            self._token_counts.clear()
-            self._token_owner = self.embedder
         key = _digest(text)
-        count = self._token_counts.get(key)
+        count = self._token_memo().get(key)
         if count is None:
             count = self.embedder.count_tokens(text)
             self._remember_count(key, count)
@@ -434,17 +432,23 @@ class Syncer:
         round trip: a checkout of 1,000 files asked once per chunk, each ask waiting for the
         query the model was embedding."""
         assert self.embedder is not None
-        if self._token_owner is not self.embedder:
-            self._token_counts.clear()
-            self._token_owner = self.embedder
+        memo = self._token_memo()
         keys = {_digest(t): t for t in texts}
-        new = [k for k in keys if k not in self._token_counts]
+        new = [k for k in keys if k not in memo]
         if len(new) < 2:
             return  # one text: the single ask is the same round trip
         for key, count in zip(
             new, self.embedder.count_tokens_many([keys[k] for k in new]), strict=True
         ):
             self._remember_count(key, count)
+
+    def _token_memo(self) -> dict[bytes, int]:
+        """The remembered token counts, emptied when the embedder changed (another model
+        counts differently)."""
+        if self._token_owner is not self.embedder:
+            self._token_counts.clear()
+            self._token_owner = self.embedder
+        return self._token_counts
 
     def _remember_count(self, key: bytes, count: int) -> None:
         if len(self._token_counts) >= TOKEN_COUNTS_KEPT:
@@ -644,8 +648,8 @@ class Syncer:
             1 for key, h, _ in chunks if h in by_hash and all(lh in by_hash for _, lh in lines[key])
         )
         items = [(h, text) for h, text in texts.items() if h not in by_hash] if embed else []
-        if max_chars is not None and self.cache is not None:
-            items = _first_chars(items, max_chars)
+        if max_chars is not None and self.cache is not None and items:
+            items = items[: len(next(document_jobs([t for _, t in items], max_chars)))]
         for start in range(0, len(items), e.batch_size):
             batch = items[start : start + e.batch_size]
             vectors = e.embed_batch([t for _, t in batch], kind="document")
@@ -663,16 +667,6 @@ class Syncer:
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-def _first_chars(items: list[tuple[str, str]], limit: int) -> list[tuple[str, str]]:
-    """The first (hash, text) pairs holding about ``limit`` characters, one at least."""
-    size = 0
-    for i, (_, text) in enumerate(items):
-        if i and size + len(text) > limit:
-            return items[:i]
-        size += len(text)
-    return items
 
 
 def _tracked(act: Activity, progress: Progress | None) -> Progress:
