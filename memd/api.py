@@ -30,6 +30,7 @@ import apsw
 import psutil
 
 from memd import __version__
+from memd.blas import blas_threads
 from memd.dreams.diary import DIARY_FILE
 from memd.dreams.dream import PHASES, DreamOptions, last_runs, run_dream
 from memd.dreams.dreaming import run_promotion
@@ -166,6 +167,7 @@ class Api:
                 "sqlite_memory_bytes": apsw.memory_used(),  # page caches, statements, FTS5
                 "cpu_percent": self._process.cpu_percent(interval=None),
                 "threads": self._process.num_threads(),
+                "blas_threads": blas_threads(),
                 "connections": self.connections,
                 "socket": self.socket_path,
                 "missing_workspaces": sorted(self.service.registry.missing),

@@ -92,10 +92,12 @@ def run_cmd(ctx: click.Context, socket_path: str | None) -> None:
     """
     from pathlib import Path
 
+    from memd.blas import limit_blas_threads
     from memd.daemon import EXIT_STARTUP_FAILURE, Daemon
     from memd.heap import configure_allocator
 
     configure_allocator()  # this process is the daemon: before any of its threads allocate
+    limit_blas_threads()
     if ctx.obj.get("log_level") == "warning":
         configure_logging("info")
     try:

@@ -78,6 +78,23 @@ def test_sigterm_stops_cleanly_and_removes_the_socket(sock_dir: Path) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: BLAS starts one thread anyway")
+def test_the_daemon_runs_numpy_with_one_blas_thread(sock_dir: Path) -> None:
+    """numpy's OpenBLAS would keep a spinning thread per core (memd/blas.py); this process,
+    which has not limited it, shows the default."""
+    from memd.blas import blas_threads
+
+    assert (blas_threads() or 0) > 1, "numpy here starts a thread per core"
+    sock = sock_dir / "memd.sock"
+    proc = start(sock)
+    try:
+        wait_ready(sock, proc)
+        with memd_client.connect(sock) as c:
+            assert c.status()["daemon"]["blas_threads"] == 1
+    finally:
+        stop(proc)
+
+
 def test_second_instance_refuses_to_start(sock_dir: Path) -> None:
     sock = sock_dir / "memd.sock"
     first = start(sock)
