@@ -8,7 +8,7 @@ at most ``idf × (k1 + 1)`` whatever the row. So (the "MaxScore" argument of sea
 1. order the phrases rarest first and take the rarest, R;
 2. score every row holding a phrase of R exactly: the rows that hold R and some other phrase
    by the query ``(R) AND (others)`` (its BM25 sums every phrase of the query), the rest by
-   ``R`` alone (they hold nothing else);
+   ``(R) NOT (others)`` (they hold nothing else; a phrase a row lacks adds nothing);
 3. a row holding no phrase of R scores at most the bound of the others. If that is below the
    k-th best score found, no such row can enter the top k and the answer is complete.
    Otherwise the plain query runs. R is taken large enough for the bound to have a chance
@@ -80,24 +80,26 @@ def _bounded(
     # R grows until its phrases could add twice what the others could: a smaller R rarely
     # proves the bound, and a failed attempt is paid on top of the plain query.
     m = next(m for m in range(1, len(order) + 1) if sum(bound[:m]) >= TRY_AT * sum(bound[m:]))
-    # An attempt ranks each row of R up to twice (with and without the others); the plain
-    # query ranks each match once.
+    # An attempt ranks each row of R once and looks for the others in it; the plain query
+    # ranks each match: not tried when R holds more than half of the matches.
     if m == len(order) or 2 * sum(docs[i] for i in order[:m]) > sum(docs):
         return None
     rare = " OR ".join(phrases[i] for i in order[:m])
     others = " OR ".join(phrases[i] for i in order[m:])
+    # The rows of R split in two: those also holding another phrase, ranked by the whole
+    # query's phrases, and the rest, ranked by R's alone (their whole score). Each row is
+    # ranked once: BM25 costs about ten times the matching (it reads the row's length).
     ranked = [
         (int(r[0]), float(r[1]))
         for r in conn.execute(
-            f"SELECT rowid, min(rank) AS best FROM ("
+            f"SELECT rowid, rank FROM ("
             f"SELECT rowid, {BM25} AS rank FROM chunks_fts WHERE chunks_fts MATCH ? "
             f"UNION ALL SELECT rowid, {BM25} FROM chunks_fts WHERE chunks_fts MATCH ?) "
-            "GROUP BY rowid ORDER BY best, rowid LIMIT ?",
-            (f"({rare}) AND ({others})", rare, k),
+            "ORDER BY rank, rowid LIMIT ?",
+            (f"({rare}) AND ({others})", f"({rare}) NOT ({others})", k),
         )
     ]
-    # min: a row holding R and another phrase has its whole (more negative) score there.
-    # The margin covers a count that moved between the statements (a commit in between).
+    # The margin covers a count that moved since the phrases' counts were read (a commit).
     if len(ranked) == k and -ranked[-1][1] > sum(bound[m:]) * 1.0001:
         return ranked
     return None
