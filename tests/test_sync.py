@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -672,6 +673,36 @@ def test_a_long_file_is_embedded_in_steps_and_equals_a_fresh_rebuild(
         assert steps < 200
     assert steps > 5
     assert dump(index) == fresh_rebuild_dump(config, workspace, fake)
+
+
+def test_the_writers_steps_do_not_count_the_vector_table(
+    syncer: Syncer, workspace: Path, write: WriteFile, index: Index
+) -> None:
+    """Counting a vector table reads every vector (over 90 ms at 100,000 chunks): the writer
+    runs a sync and an embedding step every second or so and needs only the other counts."""
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    write("memory/long.md", "".join(f"- decision {n}: ship the orion release\n" for n in range(90)))
+    syncer.sync(embed=False, paths={"memory/long.md"})
+    statements: list[str] = []
+    conn = index.writer().conn
+
+    def trace(_cursor: object, sql: str, _bindings: object) -> bool:
+        statements.append(sql)
+        return True
+
+    conn.exec_trace = trace
+    try:
+        syncer.embed_pending(max_files=1, max_chars=1024)
+        with (workspace / "memory/long.md").open("a") as f:
+            f.write("- one more decision\n")
+        syncer.sync(embed=False, paths={"memory/long.md"})
+    finally:
+        conn.exec_trace = None
+    assert any("FROM chunks" in s for s in statements), "the trace saw the writer's statements"
+    assert not [s for s in statements if re.search(r"count\(\*\) FROM chunks_vec", s)]
+    with index.reader() as store:  # status still counts them
+        assert store.counts()["vectors"] == store.counts(vectors=False)["embedded_chunks"]
 
 
 def test_count_stale_reads_every_row_in_one_statement(

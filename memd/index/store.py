@@ -356,7 +356,10 @@ class Store:
 
     # -- status and checks ----------------------------------------------------------------------
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, *, vectors: bool = True) -> dict[str, int]:
+        """Rows of each kind. ``vectors=False`` leaves out the vector table's count (reported
+        as -1): its rows hold the vectors themselves, so counting them reads the whole table
+        (22 ms at 10,000 chunks, over 90 ms at 100,000), which the writer's steps need not."""
         one = self.conn.execute(
             # Unembedded chunks are in a partial index; "embedded = 1" would read every row.
             "SELECT (SELECT count(*) FROM files), (SELECT count(*) FROM chunks), "
@@ -366,16 +369,16 @@ class Store:
         assert one is not None
         files, chunks, unembedded, pending = (int(x) for x in one)
         embedded = chunks - unembedded
-        table = self._vector_table()
-        vectors = 0
+        table = self._vector_table() if vectors else None
+        stored = 0 if vectors else -1
         if table is not None and self.table_exists(table):
             row = self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()
-            vectors = int(row[0]) if row else 0
+            stored = int(row[0]) if row else 0
         return {
             "files": files,
             "chunks": chunks,
             "embedded_chunks": embedded,
-            "vectors": vectors,
+            "vectors": stored,
             "pending_files": pending,
         }
 

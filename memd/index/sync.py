@@ -189,7 +189,7 @@ class Syncer:
         with self.lock, translate_errors("sync"):
             writer = self.index.writer()
             if state == "missing":
-                if writer.counts()["files"]:
+                if writer.counts(vectors=False)["files"]:
                     if allow_rebuild:
                         return self.rebuild(progress=progress, reason="identity missing")
                 else:
@@ -210,7 +210,7 @@ class Syncer:
             finally:
                 self.activity = None
                 self.filling = False
-            report.pending_files = writer.counts()["pending_files"]
+            report.pending_files = writer.counts(vectors=False)["pending_files"]
             self.index.tend_sketch()
         report.seconds = time.monotonic() - started
         if not report.errors:
@@ -585,7 +585,7 @@ class Syncer:
         paths = store.pending_paths(max_files)
         base = files_total = 0
         if act is not None and paths:
-            counts = store.counts()
+            counts = store.counts(vectors=False)
             base = act.files_done if act.phase == "embed" else 0
             files_total = base + counts["pending_files"]
             chunks_total = act.chunks_done + counts["chunks"] - counts["embedded_chunks"]
