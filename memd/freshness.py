@@ -71,19 +71,28 @@ def freshness(
 RECOUNT_ABOVE = 64
 RECOUNT_AFTER_S = 1.0
 _counts: dict[Path, tuple[float, int]] = {}  # root -> (when, count)
+_recounting: set[Path] = set()  # roots whose count one reply is taking now
 _counts_lock = threading.Lock()
 
 
 def _stale_count(ws: Workspace, store: Store, keys: set[str], *, recount: bool) -> int:
     """How many of ``keys`` differ from their rows; above RECOUNT_ABOVE a count up to a second
-    old is given unless ``recount``."""
+    old is given unless ``recount``. One reply at a time takes a new count: the others give the
+    last one meanwhile (64 replies that found it old all counted, each slower for the others)."""
     many, now = len(keys) > RECOUNT_ABOVE, time.monotonic()
-    if many and not recount:
+    claimed = many and not recount
+    if claimed:
         with _counts_lock:
-            at, count = _counts.get(ws.root, (-1e9, 0))
-        if now - at < RECOUNT_AFTER_S:
-            return count
-    count = count_stale(store, ws.root, keys)
+            kept = _counts.get(ws.root)
+            if kept is not None and (now - kept[0] < RECOUNT_AFTER_S or ws.root in _recounting):
+                return kept[1]
+            _recounting.add(ws.root)
+    try:
+        count = count_stale(store, ws.root, keys)
+    finally:
+        if claimed:
+            with _counts_lock:
+                _recounting.discard(ws.root)
     if many:
         with _counts_lock:
             _counts[ws.root] = (now, count)

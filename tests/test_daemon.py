@@ -397,6 +397,69 @@ def test_memory_is_released_once_after_a_burst_of_work(
         assert len(released) == 2
 
 
+def test_replies_that_find_the_count_old_together_take_one_new_count(
+    daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the kept count of a bulk edit grows old, the replies of that moment do not all
+    count again: one does, the others give the last count. (A spy around the check that
+    makes it slow enough for the replies to meet; it still checks.)"""
+    from memd import freshness as freshness_module
+
+    inside, most = 0, 0
+    lock = threading.Lock()
+    real = freshness_module.count_stale
+
+    def slow(store: Any, root: Path, keys: set[str]) -> int:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        try:
+            time.sleep(0.3)
+            return real(store, root, keys)
+        finally:
+            with lock:
+                inside -= 1
+
+    replies: list[int] = []
+
+    def search() -> None:
+        with client(daemon) as c:
+            r = c.call("search", workspace="agent", query="bulk", mode="keyword")
+            replies.append(r["freshness"]["pending_files"])
+
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+        # the writer waits on a job of its own: the bulk edit stays pending
+        release = threading.Event()
+        agent = daemon.parts.registry.get("agent")
+        held = daemon.parts.indexer.dream(agent, lambda: {"waited": release.wait(60)})
+        try:
+            (ws / "memory" / "bulk").mkdir(exist_ok=True)
+            for n in range(100):
+                (ws / "memory" / "bulk" / f"n{n}.md").write_text(f"- bulk note {n}\n")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                pending = c.call("search", workspace="agent", query="bulk", mode="keyword")
+                if pending["freshness"]["pending_files"] > 64:
+                    break
+                time.sleep(0.05)
+            assert pending["freshness"]["pending_files"] > 64
+            monkeypatch.setattr(freshness_module, "count_stale", slow)
+            time.sleep(freshness_module.RECOUNT_AFTER_S)  # the kept count is old now
+            threads = [threading.Thread(target=search) for _ in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+        finally:
+            release.set()
+    assert held.result(10) == {"waited": True}
+    assert len(replies) == 6 and min(replies) > 64
+    assert most == 1, f"{most} replies counted at once"
+
+
 def test_a_bulk_edit_is_recounted_once_a_second_not_for_every_reply(
     daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
