@@ -1,0 +1,104 @@
+"""Two codes' daemons on one built index, measured in turn: old, new, new, old, old, new, ...
+
+On a shared VM a single run of each code can differ by half from the next run of the same
+code (the page cache is taken back, a neighbour computes), and whichever code runs second is
+measured in other weather. Here the two alternate, each starting its daemon afresh on the same
+MEMD_HOME (an index scale_bench built), and each figure is reported per run and as the median
+of the runs: single-client latency over 200 questions, then throughput with 1 and with 16
+concurrent clients (400 questions each), in one search mode.
+
+    python bench/alternate_bench.py --home DIR/size-25 --old CHECKOUT [--mode hybrid]
+                                    [--reps 4] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from socket_bench import (  # noqa: E402
+    ROOT,
+    SHARED,
+    code_state,
+    concurrent,
+    environment,
+    start_daemon,
+    stop_daemon,
+    summary,
+    timed_searches,
+)
+
+
+def one_run(
+    home: Path, sock: Path, model: str, code: Path, mode: str, qs: list[str]
+) -> dict[str, Any]:
+    proc = start_daemon(home, sock, "local", model, code=code)
+    try:
+        timed_searches(sock, "scale", qs[:50], "hybrid")  # warm: model, caches, pages
+        latency = summary(timed_searches(sock, "scale", qs[:200], mode))
+        one = concurrent(sock, "scale", qs[:400], mode, 1)["throughput_rps"]
+        sixteen = concurrent(sock, "scale", qs[:400], mode, 16)["throughput_rps"]
+    finally:
+        stop_daemon(proc)
+    return {
+        "latency": latency,
+        "rps_1": one,
+        "rps_16": sixteen,
+        "ratio_16": round(sixteen / one, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--home", required=True, help="a MEMD_HOME holding the workspace 'scale'")
+    ap.add_argument("--old", required=True, help="a checkout of the earlier code")
+    ap.add_argument("--mode", default="hybrid", choices=["keyword", "hybrid", "vector"])
+    ap.add_argument("--reps", type=int, default=4, help="runs of each code")
+    ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
+    ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
+    ap.add_argument("--json", default="")
+    args = ap.parse_args(argv)
+    qs = [json.loads(line)["question"] for line in (Path(args.data) / "qrels.jsonl").open()]
+    codes = {"old": Path(args.old).resolve(), "new": ROOT}
+    runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
+    sock = Path(tempfile.mkdtemp(prefix="memd-a-", dir="/tmp")) / "memd.sock"
+    for rep in range(args.reps):
+        order = ["old", "new"] if rep % 2 == 0 else ["new", "old"]
+        for name in order:
+            run = one_run(Path(args.home), sock, args.model, codes[name], args.mode, qs)
+            runs[name].append(run)
+            print(rep, name, json.dumps(run), flush=True)
+    medians = {
+        name: {
+            "latency_p50_ms": statistics.median(r["latency"]["p50_ms"] for r in rs),
+            "latency_p99_ms": statistics.median(r["latency"]["p99_ms"] for r in rs),
+            "rps_1": statistics.median(r["rps_1"] for r in rs),
+            "rps_16": statistics.median(r["rps_16"] for r in rs),
+            "ratio_16": statistics.median(r["ratio_16"] for r in rs),
+        }
+        for name, rs in runs.items()
+    }
+    result = {
+        **environment(),
+        "code": code_state(),
+        "old": str(args.old),
+        "mode": args.mode,
+        "reps": args.reps,
+        "runs": runs,
+        "medians": medians,
+    }
+    print(json.dumps(medians, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
