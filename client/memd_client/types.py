@@ -86,6 +86,7 @@ class DaemonStatus(TypedDict):
     sqlite_memory_bytes: int
     cpu_percent: float
     threads: int
+    blas_threads: int | None  # threads numpy's BLAS may use in the daemon (1; None: no BLAS)
     connections: int
     socket: str
     missing_workspaces: NotRequired[list[str]]
