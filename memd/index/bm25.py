@@ -88,7 +88,7 @@ def _bounded(
     others = " OR ".join(phrases[i] for i in order[m:])
     # The rows of R split in two: those also holding another phrase, ranked by the whole
     # query's phrases, and the rest, ranked by R's alone (their whole score). Each row is
-    # ranked once: BM25 costs about ten times the matching (it reads the row's length).
+    # ranked once: ranking costs about ten times the matching (52 against 5 ms at 97,501 chunks).
     ranked = [
         (int(r[0]), float(r[1]))
         for r in conn.execute(
