@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from socket_bench import (  # noqa: E402
     ROOT,
     SHARED,
+    checkout_name,
     code_state,
     concurrent,
     environment,
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         **environment(),
         "code": code_state(),
-        "old": str(args.old),
+        "old": checkout_name(Path(args.old)),
         "mode": args.mode,
         "reps": args.reps,
         "runs": runs,

@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from socket_bench import (  # noqa: E402
     SHARED,
     build_corpus,
+    checkout_name,
     code_state,
     concurrent,
     environment,
@@ -99,7 +100,10 @@ def measure(
     """One size served by this checkout's memd, or by the one at ``code``."""
     name = "scale"
     ws_root = home / "workspace"
-    row: dict[str, Any] = {"copies": copies, "code": str(code) if code else "this checkout"}
+    row: dict[str, Any] = {
+        "copies": copies,
+        "code": checkout_name(code) if code else "this checkout",
+    }
     warm_os_cache(home)
     proc = start_daemon(home, sock, "local", model, code=code)
     try:

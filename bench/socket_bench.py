@@ -85,6 +85,14 @@ def code_state() -> dict[str, Any]:
     }
 
 
+def checkout_name(code: Path) -> str:
+    """How a result names another checkout: by its commit, not by where it lay on this machine."""
+    head = subprocess.run(
+        ["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return f"checkout of {head.stdout.strip()}" if head.returncode == 0 else "another checkout"
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
