@@ -87,16 +87,17 @@ def _stale_count(ws: Workspace, store: Store, keys: set[str], *, recount: bool) 
             if kept is not None and (now - kept[0] < RECOUNT_AFTER_S or ws.root in _recounting):
                 return kept[1]
             _recounting.add(ws.root)
+    count: int | None = None
     try:
         count = count_stale(store, ws.root, keys)
+        return count
     finally:
-        if claimed:
-            with _counts_lock:
-                _recounting.discard(ws.root)
-    if many:
-        with _counts_lock:
-            _counts[ws.root] = (now, count)
-    return count
+        if many:
+            with _counts_lock:  # the new count lands as the claim ends: no second recount
+                if claimed:
+                    _recounting.discard(ws.root)
+                if count is not None:
+                    _counts[ws.root] = (now, count)
 
 
 def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:

@@ -397,6 +397,21 @@ def test_memory_is_released_once_after_a_burst_of_work(
         assert len(released) == 2
 
 
+def edit_100_files_until_pending(c: Any, ws: Path) -> None:
+    """Write 100 new notes and wait until a reply counts more than 64 of them pending (above
+    that, freshness keeps its count for a second)."""
+    (ws / "memory" / "bulk").mkdir(exist_ok=True)
+    for n in range(100):
+        (ws / "memory" / "bulk" / f"n{n}.md").write_text(f"- bulk note {n}\n")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pending = c.call("search", workspace="agent", query="bulk", mode="keyword")
+        if pending["freshness"]["pending_files"] > 64:
+            break
+        time.sleep(0.02)
+    assert pending["freshness"]["pending_files"] > 64
+
+
 def test_replies_that_find_the_count_old_together_take_one_new_count(
     daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -436,16 +451,7 @@ def test_replies_that_find_the_count_old_together_take_one_new_count(
         agent = daemon.parts.registry.get("agent")
         held = daemon.parts.indexer.dream(agent, lambda: {"waited": release.wait(60)})
         try:
-            (ws / "memory" / "bulk").mkdir(exist_ok=True)
-            for n in range(100):
-                (ws / "memory" / "bulk" / f"n{n}.md").write_text(f"- bulk note {n}\n")
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                pending = c.call("search", workspace="agent", query="bulk", mode="keyword")
-                if pending["freshness"]["pending_files"] > 64:
-                    break
-                time.sleep(0.05)
-            assert pending["freshness"]["pending_files"] > 64
+            edit_100_files_until_pending(c, ws)
             monkeypatch.setattr(freshness_module, "count_stale", slow)
             time.sleep(freshness_module.RECOUNT_AFTER_S)  # the kept count is old now
             threads = [threading.Thread(target=search) for _ in range(6)]
@@ -480,16 +486,7 @@ def test_a_bulk_edit_is_recounted_once_a_second_not_for_every_reply(
     with client(daemon) as c:
         c.call("workspace_add", path=str(ws), name="agent")
         c.call("reindex", workspace="agent")
-        for n in range(100):
-            (ws / "memory" / "bulk").mkdir(exist_ok=True)
-            (ws / "memory" / "bulk" / f"n{n}.md").write_text(f"- bulk note {n}\n")
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            pending = c.call("search", workspace="agent", query="bulk", mode="keyword")
-            if pending["freshness"]["pending_files"] > 64:
-                break
-            time.sleep(0.02)
-        assert pending["freshness"]["pending_files"] > 64
+        edit_100_files_until_pending(c, ws)
         checks.clear()
         started = time.monotonic()
         for _ in range(10):
