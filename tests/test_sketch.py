@@ -207,3 +207,18 @@ def test_copies_of_one_vector_do_not_crowd_out_the_others(index: Index) -> None:
     best = int(np.argmax(distinct @ q))
     assert {(r.id - 1) // 100 for r in rows} == {best}
     assert rows[0].score == pytest.approx(float(distinct[best] @ q), abs=1e-5)
+
+
+def test_a_sketch_loaded_before_the_vectors_finds_them(index: Index) -> None:
+    """The daemon's first sync writes keyword rows and loads the sketch before any vector is
+    embedded: its principal directions, computed from no vectors, must not stay zero."""
+    assert _nearest(index, _vectors(1, seed=3)[0]) == []  # loaded on an empty table
+    vectors = _vectors(600)
+    _add(index, range(1, 601), vectors)
+    rng = np.random.default_rng(2)
+    for i in rng.integers(0, 600, 20):
+        exact = np.argsort(-(vectors @ vectors[i]))[:10] + 1
+        assert _nearest(index, vectors[i]) == exact.tolist()
+    with index.reader() as store:
+        sketch = store.reads.sketch
+        assert sketch is not None and sketch.basis_from >= 300  # directions from the vectors

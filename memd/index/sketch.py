@@ -80,6 +80,8 @@ class Sketch:
         # dict of 100,000 Python ints cost 15 MB, this 0.4 MB
         self.row_of = np.full(0, -1, dtype=np.int32)
         self.alive = 0
+        self.basis_from = 0  # vectors the principal directions were computed from
+        self.loaded_with = 0  # vectors at the last load
 
     # -- keeping up with the file --------------------------------------------------------------
 
@@ -105,6 +107,12 @@ class Sketch:
                 if vector is not None:
                     self._add(int(chunk_id), vector)
                 self.seq = int(seq)
+            if self.basis_from < SAMPLE and self.alive > 2 * self.loaded_with + 1:
+                # Directions computed from few vectors (none, when the sketch was loaded before
+                # the first embedding) project most new ones on next to nothing: compute them
+                # again from the file each time the vectors have doubled, a load each time.
+                self._load(conn)
+                return
             if self.count - self.alive > max(1024, self.count // 4):
                 self._compact()
 
@@ -132,6 +140,7 @@ class Sketch:
                 )[1]
             if len(sample):
                 self.mean, self.basis = _principal(sample, self.width)
+            self.basis_from = len(sample)
             rows = np.zeros((total, self.width), dtype=_F32)
             ids = np.zeros(total, dtype=np.int64)
             count = 0
@@ -152,7 +161,7 @@ class Sketch:
         self.rows, self.ids = rows[:count], ids[:count]
         self.prints = self.rows @ self.probe
         self.live = np.ones(count, dtype=bool)
-        self.count = count
+        self.count = self.loaded_with = count
         self._index_rows()
         self.seq = seq
         self._loaded = True
