@@ -168,6 +168,7 @@ class Api:
                 "cpu_percent": self._process.cpu_percent(interval=None),
                 "threads": self._process.num_threads(),
                 "blas_threads": blas_threads(),
+                "readers": self.service.readers.health() if self.service.readers else None,
                 "connections": self.connections,
                 "socket": self.socket_path,
                 "missing_workspaces": sorted(self.service.registry.missing),

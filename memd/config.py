@@ -75,6 +75,11 @@ class IndexConfig:
         )
 
 
+def _default_readers() -> int:
+    cores = os.cpu_count() or 1
+    return min(4, cores) if cores > 1 else 0
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """Search defaults (OpenClaw's), each overridable per request where it makes sense."""
@@ -94,9 +99,13 @@ class SearchConfig:
     half_life_days: float = 30.0
     mmr: bool = False
     mmr_lambda: float = 0.7
+    # Processes that run searches when several overlap (memd/readers): one per core, at most
+    # four; 0 runs every search in the daemon.
+    reader_processes: int = field(default_factory=lambda: _default_readers())
 
     def validate(self) -> None:
         _check(1 <= self.max_results <= 100, "search.max_results", "must be from 1 to 100")
+        _check(0 <= self.reader_processes <= 16, "search.reader_processes", "must be 0 to 16")
         _check(0.0 <= self.min_score <= 1.0, "search.min_score", "must be from 0 to 1")
         _check(0 <= self.vector_weight <= 1000, "search.vector_weight", "must be from 0 to 1000")
         _check(0 <= self.text_weight <= 1000, "search.text_weight", "must be from 0 to 1000")

@@ -38,6 +38,7 @@ from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
 from memd.private import make_private
+from memd.readers import ReaderPool
 from memd.registry import Workspace, Workspaces, load_registry
 from memd.service import MemoryService
 from memd.watch import RESCAN_SESSIONS, Watchers
@@ -196,6 +197,8 @@ class Daemon:
                 next_release = float("inf")  # until the next burst of work or requests
                 for ws in parts.registry.all():
                     ws.index.release_memory()
+                if parts.service.readers is not None:
+                    parts.service.readers.stop_idle()  # they start again when searches overlap
                 release_memory()
             if now >= next_trim:
                 next_trim = now + TRIM_EVERY_S
@@ -255,6 +258,8 @@ class Daemon:
             embedding=service.config.embedding,
             dirs=service.config.dirs,
         )
+        if service.readers is not None:
+            service.readers.resize(new.search.reader_processes)
         for ws in new.workspaces:
             with contextlib.suppress(MemdError):
                 added = service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)
@@ -387,6 +392,7 @@ def build(
     with contextlib.ExitStack() as stack:
         service = MemoryService(config, choice=choice)
         stack.callback(service.close)
+        service.readers = ReaderPool(config.search.reader_processes)
         for entry in load_registry(config.state_dir / "workspaces.json"):
             service.registry.open_registered(entry)
         indexer = Indexer(service.registry, clock=clock)

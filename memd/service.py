@@ -21,6 +21,7 @@ from memd.index.store import DumpRow
 from memd.index.sync import Progress, SyncReport
 from memd.markdown.discover import discover
 from memd.markdown.read import GetResult, MemoryPath, locate, read_located
+from memd.readers import ReaderPool
 from memd.redact import redact
 from memd.registry import Workspace, Workspaces
 from memd.search import SearchOptions, SearchOutcome, search
@@ -56,6 +57,8 @@ class MemoryService:
                     protect=True,
                     skipped=[*self.choice.skipped, (inner.provider, str(exc))],
                 )
+        # Reader processes for overlapping searches: the daemon sets them (memd/readers).
+        self.readers: ReaderPool | None = None
         self.cache = EmbeddingCache(
             config.cache_path, max_entries=config.embedding.cache_max_entries
         )
@@ -88,6 +91,8 @@ class MemoryService:
         return self.choice.embedder
 
     def close(self) -> None:
+        if self.readers is not None:
+            self.readers.close()
         self.registry.close()
         self.cache.close()
         if self.embedder is not None:
@@ -118,16 +123,21 @@ class MemoryService:
             self.sync(ref, embed=False)
         options = SearchOptions.from_config(self.config.search, **overrides)
         try:
-            return search(ws.index, query, options, embedder=self.embedder)
+            return self._search(ws, query, options)
         except ProviderUnavailable as exc:
             if options.mode == "keyword":
                 raise
             # The query could not be embedded (the provider fails or hangs): keyword results,
             # and the reply says why.
             keyword = dataclasses.replace(options, mode="keyword")
-            outcome = search(ws.index, query, keyword, embedder=self.embedder)
+            outcome = self._search(ws, query, keyword)
             outcome.note = f"the embedding provider failed ({exc}): keyword search only"
             return outcome
+
+    def _search(self, ws: Workspace, query: str, options: SearchOptions) -> SearchOutcome:
+        if self.readers is not None:
+            return self.readers.search(ws.index, query, options, self.embedder)
+        return search(ws.index, query, options, embedder=self.embedder)
 
     @staticmethod
     def never_indexed(ws: Workspace) -> bool:

@@ -67,6 +67,7 @@ STATUS = {
         "threads": 7,
         "connections": 2,
         "socket": "/run/user/1000/memd/memd.sock",
+        "readers": {"processes": 2, "running": 2, "busy": 1, "pids": [4250, 4251], "error": None},
     },
     "workspaces": [
         {
@@ -213,6 +214,7 @@ def test_status_human(daemon: FakeDaemon) -> None:
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "memd 0.1.0 · pid 4242 · up 1h 2m · 54.3 MB RSS (4.1 MB in SQLite)" in out
+    assert "2 connections · 2 reader processes" in out
     assert "agent (/home/u/agent)" in out
     assert "  Indexed: 3/4 files · 10 chunks · 1 pending" in out
     assert "  Dirty: yes" in out

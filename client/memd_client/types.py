@@ -77,6 +77,20 @@ class HelloResult(TypedDict):
 # -- status --------------------------------------------------------------------------------------
 
 
+class ReadersStatus(TypedDict):
+    """The reader processes that run overlapping searches (``[search] reader_processes``)."""
+
+    processes: int  # the most that may run (0: every search in the daemon)
+    running: int
+    busy: int
+    pids: list[int]
+    searches: int  # answered by a reader since the daemon started
+    in_daemon: int  # run in the daemon (alone, or while a reader started)
+    deaths: int
+    last_exit: str | None  # how the last reader that died ended ("SIGKILL", "exit 1")
+    error: str | None  # why readers are no longer used, after repeated deaths
+
+
 class DaemonStatus(TypedDict):
     pid: int
     version: str
@@ -87,6 +101,7 @@ class DaemonStatus(TypedDict):
     cpu_percent: float
     threads: int
     blas_threads: int | None  # threads numpy's BLAS may use in the daemon (1; None: no BLAS)
+    readers: ReadersStatus | None  # None: the service runs without a daemon
     connections: int
     socket: str
     missing_workspaces: NotRequired[list[str]]

@@ -62,6 +62,13 @@ def _daemon_line(d: Mapping[str, Any]) -> str:
     for key in ("threads", "connections"):
         if d.get(key) is not None:
             parts.append(f"{d[key]} {key if d[key] != 1 else key[:-1]}")
+    readers = d.get("readers") or {}
+    if readers.get("error"):
+        parts.append(f"reader processes off: {readers['error']}")
+    elif readers.get("running"):
+        parts.append(
+            f"{readers['running']} reader process{'es' if readers['running'] != 1 else ''}"
+        )
     return " · ".join(parts)
 
 

@@ -25,6 +25,10 @@ from memd.index.store import Store, VectorStore
 # searching at once share these instead of growing the daemon by a connection each.
 MAX_READERS = max(4, 4 * (os.cpu_count() or 1))
 
+# A reader process's sketch holds back the trim of the vector log for this long after its last
+# report; past it the log is trimmed without it (it then loads again, memd/index/sketch.py).
+REMOTE_SKETCH_TTL_S = 300.0
+
 __all__ = ["Index", "reads_first"]
 
 _first = threading.local()
@@ -100,9 +104,15 @@ class Index:
         self._pool_lock = threading.Lock()
         self._writer: apsw.Connection | None = None
         self.epoch = 0
+        # Names this file for reader processes (memd/readers), which keep files open: a new
+        # one after each swap, and another for an index created again at the same path.
+        self.token = uuid.uuid4().hex
         # The vectors of a plain vector store, in memory (memd/index/sketch.py); one per file:
         # a swapped-in file gets a new one.
         self._sketch: Sketch | None = None
+        # Where the sketches of reader processes (memd/readers) stand in the vector log:
+        # reader -> (last row applied, when reported). The writer trims no further.
+        self._remote: dict[int, tuple[int, float]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -155,14 +165,42 @@ class Index:
 
     def tend_sketch(self) -> None:
         """After a sync (the writer's): load the vector sketch if it is not yet (so the first
-        search does not pay for it), and drop the vector-log rows it has applied."""
+        search does not pay for it), and drop the vector-log rows every sketch has applied."""
         with self.reader() as store:
             sketch = store.reads.sketch
             if sketch is None:
                 return
             sketch.refresh(store.conn)
         if self._writer is not None:
-            sketch.trim_log(self._writer)
+            sketch.trim_log(self._writer, self._trim_floor(sketch.seq))
+
+    def loaded_sketch(self) -> Sketch | None:
+        sketch = self._sketch
+        return sketch if sketch is not None and sketch.loaded else None
+
+    def note_remote_sketch(self, reader: int, seq: int) -> None:
+        """A reader process's sketch of this file has applied the log up to ``seq``."""
+        with self._pool_lock:
+            self._remote[reader] = (seq, time.monotonic())
+
+    def forget_remote_sketch(self, reader: int) -> None:
+        with self._pool_lock:
+            self._remote.pop(reader, None)
+
+    def _trim_floor(self, seq: int) -> int:
+        """How far the log may be trimmed: to the slowest sketch that reported lately. A reader
+        silent longer than REMOTE_SKETCH_TTL_S does not hold the log back: if it searches again
+        it finds the log trimmed past it and loads its sketch anew."""
+        now = time.monotonic()
+        with self._pool_lock:
+            recent = [s for s, at in self._remote.values() if now - at < REMOTE_SKETCH_TTL_S]
+        return min([seq, *recent])
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """Hold off a swap while a reader process reads this file (as :meth:`reader` does)."""
+        with self._lock.shared():
+            yield
 
     @staticmethod
     def stored_identity(conn: apsw.Connection) -> Identity | None:
@@ -235,5 +273,8 @@ class Index:
                 self._writer = connect(self.path, load_vec=self.vec.available)
                 migrate(self._writer)
             self.epoch += 1
+            self.token = uuid.uuid4().hex
             self._sketch = None
+            with self._pool_lock:
+                self._remote.clear()
         self.remove_temp_files()

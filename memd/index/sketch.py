@@ -28,7 +28,7 @@ import apsw
 import numpy as np
 
 from memd.heap import release_memory
-from memd.index.db import select_in
+from memd.index.db import atomic, select_in
 
 __all__ = ["PROJECTED_DIMS", "Sketch", "first_pass", "stacked"]
 
@@ -50,6 +50,7 @@ def first_pass(live: int) -> int:
     return min(FIRST_PASS_MAX, max(FIRST_PASS_MIN, live // 100))
 
 
+TRIMMED_KEY = "vector_log_trimmed"  # meta: the last vector-log row a trim deleted
 SAMPLE = 8192  # vectors the principal directions are computed from
 BY_ID = "SELECT id, embedding FROM chunks_vec_plain WHERE id IN ({ids})"
 RELEASE_AFTER = 10_000  # a load of this many vectors or more hands the freed heap back
@@ -85,9 +86,17 @@ class Sketch:
 
     # -- keeping up with the file --------------------------------------------------------------
 
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
     def refresh(self, conn: apsw.Connection) -> None:
-        """Load the vectors (first use), or apply the writes logged since the last refresh."""
+        """Load the vectors (first use, or the log was trimmed past this sketch), or apply
+        the writes logged since the last refresh."""
         with self._lock:
+            if self._loaded and _trimmed(conn) > self.seq:
+                logger.info("vector log trimmed past this sketch (row %d): loading again", self.seq)
+                self._loaded = False
             if not self._loaded:
                 self._load(conn)
                 return
@@ -123,7 +132,8 @@ class Sketch:
         conn.execute("BEGIN")
         try:
             row = conn.execute("SELECT max(seq) FROM vector_log").fetchone()
-            seq = int(row[0]) if row and row[0] is not None else 0
+            # the log may be empty, trimmed: the vectors read now are those of the trim point
+            seq = max(int(row[0]) if row and row[0] is not None else 0, _trimmed(conn))
             row = conn.execute("SELECT count(*) FROM chunks_vec_plain").fetchone()
             total = int(row[0]) if row else 0
             step = max(1, total // SAMPLE)
@@ -257,13 +267,28 @@ class Sketch:
         ends = [*starts[1:].tolist(), len(picked)]
         return [ids[picked[a:b]].tolist() for a, b in zip(starts[:n].tolist(), ends, strict=False)]
 
-    def trim_log(self, conn: apsw.Connection) -> None:
-        """Delete the log rows this sketch has applied (the writer calls it after a sync, and
-        between embedding batches: nothing to delete costs no write)."""
+    def trim_log(self, conn: apsw.Connection, upto: int | None = None) -> None:
+        """Delete the log rows this sketch has applied, or those up to ``upto`` if fewer (the
+        other sketches of the file, in reader processes, have applied no more). The writer
+        calls it after a sync, and between embedding batches: nothing to delete costs no
+        write. The last row deleted is kept in ``meta``, so a sketch further behind knows."""
         with self._lock:
-            if self._loaded and self.seq > self.trimmed:
-                conn.execute("DELETE FROM vector_log WHERE seq <= ?", (self.seq,))
-                self.trimmed = self.seq
+            upto = self.seq if upto is None else min(upto, self.seq)
+            if self._loaded and upto > self.trimmed:
+                with atomic(conn):
+                    conn.execute("DELETE FROM vector_log WHERE seq <= ?", (upto,))
+                    conn.execute(
+                        "INSERT INTO meta (key, value) VALUES (?, ?) "
+                        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                        (TRIMMED_KEY, str(upto)),
+                    )
+                self.trimmed = upto
+
+
+def _trimmed(conn: apsw.Connection) -> int:
+    """The last vector-log row deleted by a trim (0: none)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (TRIMMED_KEY,)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def stacked(

@@ -1,0 +1,301 @@
+"""Reader processes: searches that run beside the daemon, each process with a GIL of its own.
+
+A search is mostly SQLite and numpy, which let go of the GIL, and partly Python (ranking,
+snippets), which does not. In one process, 16 sessions searching at once took turns at the
+GIL: keyword search served no more searches a second with 16 clients than with one. A few
+processes that open the index read-only and run the same search code give reads the other
+cores (docs/benchmarks.md has the figures).
+
+The daemon stays the only writer and the only owner of the embedder: a reader that needs a
+query's vector asks for it over its pipe, and the daemon, which started embedding the query as
+the request came in, sends it back. A search reads a snapshot opened after the request arrived,
+so the read-your-writes guarantee is the daemon's as before. Each reader keeps its own vector
+sketch, in step through ``vector_log`` like the daemon's; the writer trims that log no further
+than the sketches that have reported (memd/index/index.py), and a sketch that finds the log
+trimmed past it loads again (memd/index/sketch.py).
+
+Readers are used when searches overlap: one search at a time runs in the daemon, as it always
+did, and costs no process. A search that finds another in flight goes to an idle reader that
+has the index open; when none has, one is started or opened in the background and the search
+runs in the daemon meanwhile, so no search waits for a reader to start. When every reader is
+busy the search waits for one. When the daemon goes quiet (memd/daemon.py) the readers exit.
+A reader that dies or stops answering is replaced, and its search runs in the daemon; after
+FAILURES_MAX deaths in a row the pool stops using readers and status says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+
+from memd.embed.base import Embedder
+from memd.index.index import Index
+from memd.readers.reader import Reader, ReaderDied
+from memd.search import Hit, SearchOptions, SearchOutcome, search
+from memd_client import errors
+
+__all__ = ["ReaderPool"]
+
+logger = logging.getLogger(__name__)
+
+FAILURES_MAX = 3  # deaths in a row (without one answered search) before readers are given up
+
+
+class ReaderPool:
+    """Up to ``size`` reader processes for the daemon's searches (0: every search in the daemon)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(0, size)
+        self._cond = threading.Condition()
+        self._readers: list[Reader] = []
+        self._ids = itertools.count(1)
+        self._inflight = 0
+        self._closed = False
+        self._opening: set[threading.Thread] = set()
+        self._failures = 0  # deaths since the last answered search
+        self.failed: str | None = None
+        self.searches = 0  # answered by a reader
+        self.in_daemon = 0  # run in the daemon
+        self.deaths = 0
+        self.last_exit: str | None = None
+
+    # -- searching ------------------------------------------------------------------------------
+
+    def search(
+        self, index: Index, query: str, options: SearchOptions, embedder: Embedder | None
+    ) -> SearchOutcome:
+        """``memd.search.search`` of ``query``, in a reader when searches overlap."""
+        with self._cond:
+            self._inflight += 1
+        try:
+            reader = self._take(index)
+            if reader is None:
+                self.in_daemon += 1
+                return search(index, query, options, embedder=embedder)
+            try:
+                outcome = self._remote(reader, index, query, options, embedder)
+            except ReaderDied as exc:
+                self._died(reader, str(exc))
+                self.in_daemon += 1
+                return search(index, query, options, embedder=embedder)
+            except BaseException:
+                self._give_back(reader, answered=True)  # a typed error is an answer too
+                raise
+            self._give_back(reader, answered=True)
+            return outcome
+        finally:
+            with self._cond:
+                self._inflight -= 1
+
+    def _take(self, index: Index) -> Reader | None:
+        """A reader to run this search, or None to run it in the daemon."""
+        key = index.token
+        with self._cond:
+            while True:
+                if self._closed or self.failed or not self.size:
+                    return None
+                idle = [r for r in self._readers if not r.busy]
+                ready = next((r for r in idle if key in r.opened), None)
+                if ready is not None:
+                    ready.busy = True
+                    return ready
+                if self._inflight < 2:
+                    return None  # the only search: it runs here, and no reader is needed
+                if idle:
+                    idle[0].busy = True
+                    self._background(idle[0], index)
+                    return None
+                if len(self._readers) < self.size:
+                    reader = Reader.start(next(self._ids))
+                    self._readers.append(reader)
+                    self._background(reader, index)
+                    return None
+                if not any(key in r.opened for r in self._readers):
+                    return None  # every reader busy, none with this index: not worth a wait
+                self._cond.wait()
+
+    def _background(self, reader: Reader, index: Index) -> None:
+        thread = threading.Thread(
+            target=self._open, args=(reader, index), name="memd-reader-open", daemon=True
+        )
+        self._opening.add(thread)
+        thread.start()
+
+    def _open(self, reader: Reader, index: Index) -> None:
+        """Have ``reader`` open ``index`` and load its sketch; then it takes searches."""
+        try:
+            reader.send({"op": "open", "index": _spec(index)})
+            reply = reader.receive()
+            if "error" in reply:
+                logger.warning("reader %d cannot open %s: %s", reader.ident, index.path, reply)
+            else:
+                self._note(reader, index, reply)
+                reader.opened.add(index.token)
+        except ReaderDied as exc:
+            self._died(reader, str(exc))
+        else:
+            self._give_back(reader, answered=False)
+        finally:
+            with self._cond:
+                self._opening.discard(threading.current_thread())
+
+    def _remote(
+        self,
+        reader: Reader,
+        index: Index,
+        query: str,
+        options: SearchOptions,
+        embedder: Embedder | None,
+    ) -> SearchOutcome:
+        # The query is embedded while the reader runs the keyword half (as in the daemon).
+        early = (
+            embedder.start_query(query.strip())
+            if embedder is not None and options.mode != "keyword" and query.strip()
+            else None
+        )
+        values = dataclasses.asdict(options)
+        if values["sources"] is not None:
+            values["sources"] = list(values["sources"])
+        with index.shared():  # a swap waits for this search, as for one in the daemon
+            reader.send(
+                {
+                    "op": "search",
+                    "index": _spec(index),
+                    "query": query,
+                    "options": values,
+                    "embedder": embedder.settings_key if embedder is not None else None,
+                }
+            )
+            while True:
+                reply = reader.receive()
+                if "embed" not in reply:
+                    break
+                assert embedder is not None
+                future = early or embedder.start_query(str(reply["embed"]))
+                early = None
+                try:
+                    vector = future.result()
+                except errors.ProviderUnavailable as exc:
+                    reader.send({"embed_error": str(exc)})
+                else:
+                    reader.send({"vector": np.asarray(vector, dtype=np.float32).tobytes()})
+            self._note(reader, index, reply)
+        if "error" in reply:
+            kind = getattr(errors, str(reply["error"]), None)
+            if not (isinstance(kind, type) and issubclass(kind, errors.MemdError)):
+                kind = errors.MemdError
+            raise kind(str(reply["message"]))
+        return _outcome(reply["ok"])
+
+    def _note(self, reader: Reader, index: Index, reply: dict[str, Any]) -> None:
+        """Record the reader's sketch position, which bounds the writer's trim of the log."""
+        seq = reply.get("seq")
+        if seq is not None and reply.get("token") == index.token:
+            index.note_remote_sketch(reader.ident, int(seq))
+            reader.indexes[str(index.path)] = index
+
+    def _give_back(self, reader: Reader, *, answered: bool) -> None:
+        with self._cond:
+            reader.busy = False
+            if answered:
+                self.searches += 1
+                self._failures = 0
+            if self._closed:
+                self._drop(reader)
+            self._cond.notify_all()
+        if self._closed:
+            reader.stop()
+
+    def _died(self, reader: Reader, cause: str) -> None:
+        reader.kill()
+        with self._cond:
+            self._drop(reader)
+            self.deaths += 1
+            self._failures += 1
+            self.last_exit = cause
+            if self._failures >= FAILURES_MAX and not self.failed:
+                self.failed = f"{self._failures} reader processes died in a row (last: {cause})"
+                logger.error("searches run in the daemon from now: %s", self.failed)
+            self._cond.notify_all()
+        logger.warning(
+            "reader process %d ended (%s); its search ran in the daemon", reader.ident, cause
+        )
+        with contextlib.suppress(ReaderDied, OSError, ValueError):
+            reader.stop()
+
+    def _drop(self, reader: Reader) -> None:
+        if reader in self._readers:
+            self._readers.remove(reader)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def resize(self, size: int) -> None:
+        """Use up to ``size`` readers from now (a config reload): the idle ones stop, and
+        readers start again as searches need them."""
+        self.size = max(0, size)
+        self.stop_idle()
+
+    def stop_idle(self) -> int:
+        """Stop the readers that are not running anything (the daemon is quiet); how many."""
+        with self._cond:
+            idle = [r for r in self._readers if not r.busy]
+            for reader in idle:
+                self._drop(reader)
+        for reader in idle:
+            reader.stop()
+        return len(idle)
+
+    def close(self) -> None:
+        """Stop every reader; one running a search stops when it has answered."""
+        with self._cond:
+            self._closed = True
+            opening = list(self._opening)
+        for thread in opening:
+            thread.join()
+        self.stop_idle()
+
+    def health(self) -> dict[str, Any]:
+        """The pool as status shows it."""
+        with self._cond:
+            running = [r.proc.pid for r in self._readers]
+            busy = sum(r.busy for r in self._readers)
+        return {
+            "processes": self.size,
+            "running": len(running),
+            "busy": busy,
+            "pids": running,
+            "searches": self.searches,
+            "in_daemon": self.in_daemon,
+            "deaths": self.deaths,
+            "last_exit": self.last_exit,
+            "error": self.failed,
+        }
+
+
+def _spec(index: Index) -> dict[str, Any]:
+    return {"path": str(index.path), "token": index.token, "use_vec": index.use_vec}
+
+
+def _outcome(ok: dict[str, Any]) -> SearchOutcome:
+    hits = [
+        Hit(
+            r["path"],
+            r["start_line"],
+            r["end_line"],
+            r["score"],
+            r["snippet"],
+            r["source"],
+            r["vector_score"],
+            r["text_score"],
+            snippet_start_line=r["snippet_start_line"],
+            match_lines=list(r["match_lines"]),
+        )
+        for r in ok["results"]
+    ]
+    return SearchOutcome(hits, ok["mode"], ok["provider"], ok["model"], ok["note"])
