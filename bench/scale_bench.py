@@ -67,17 +67,27 @@ IDLE_S = 15.0
 
 
 class PeakRss:
-    """The highest RSS of a process, sampled every 100 ms while the block runs."""
+    """The highest RSS of a process, sampled every 100 ms while the block runs, and the
+    highest sum of its reader processes' (memd/readers; the model's worker is not counted)."""
 
     def __init__(self, pid: int) -> None:
         self.proc = psutil.Process(pid)
         self.peak = 0
+        self.readers_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss")
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
             self.peak = max(self.peak, self.proc.memory_info().rss)
+            readers = 0
+            for child in self.proc.children():
+                try:
+                    if "memd.readers.host" in child.cmdline():
+                        readers += child.memory_info().rss
+                except psutil.Error:
+                    pass  # it exited meanwhile
+            self.readers_peak = max(self.readers_peak, readers)
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -128,6 +138,7 @@ def measure(
                     for n in clients
                 }
         row["rss_loaded_mb"] = round(peak.peak / 2**20, 1)
+        row["readers_rss_peak_mb"] = round(peak.readers_peak / 2**20, 1)
     finally:
         stop_daemon(proc)
     return row
@@ -231,6 +242,7 @@ def side_by_side(rows: list[dict[str, Any]]) -> str:
         )
     line("idle RSS (MB)", lambda r: str(r["rss_idle_mb"]))
     line("RSS after the client runs (MB)", lambda r: str(r["rss_loaded_mb"]))
+    line("reader processes' RSS, peak (MB)", lambda r: str(r.get("readers_rss_peak_mb", "-")))
     line("vector recall@10", lambda r: str(r.get("vector", {}).get("recall_at_10", "-")))
     return "\n".join(out)
 
