@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, fields
 from datetime import UTC, date, datetime
 from typing import Any, Literal
@@ -198,8 +199,10 @@ def search(
     *,
     embedder: Embedder | None,
     now: float | None = None,
+    started: Future[Vectors] | None = None,
 ) -> SearchOutcome:
-    """Run one search over ``index``; the query vector comes from ``embedder`` when it fits."""
+    """Run one search over ``index``; the query vector comes from ``embedder`` when it fits
+    (``started``: its embedding of the query, begun by the caller)."""
     query = query.strip()
     with index.reader() as store:
         identity = Index.stored_identity(store.conn)
@@ -221,7 +224,9 @@ def search(
             mode = "keyword"
         # The query is embedded (on the embedder's own thread, where it has one) while the
         # keyword half runs here.
-        qvec_future = embedder.start_query(query) if mode != "keyword" and embedder else None
+        qvec_future = (
+            (started or embedder.start_query(query)) if mode != "keyword" and embedder else None
+        )
         match, boost_terms = keyword_match(query, store.reads.doc_freqs)
         keyword_rows: list[ChunkRow] = []
         if mode != "vector" and match:

@@ -30,11 +30,12 @@ import dataclasses
 import itertools
 import logging
 import threading
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
-from memd.embed.base import Embedder
+from memd.embed.base import Embedder, Vectors
 from memd.index.index import Index
 from memd.readers.reader import Reader, ReaderDied
 from memd.search import Hit, SearchOptions, SearchOutcome, search
@@ -74,16 +75,26 @@ class ReaderPool:
         with self._cond:
             self._inflight += 1
         try:
+            started = None
             reader = self._take(index)
+            if reader is not None and embedder and options.mode != "keyword" and query.strip():
+                started = embedder.start_query(query.strip())
+            if reader is not None and started is not None and not started.done():
+                # A reader never waits for the model (busy with documents, it can take
+                # seconds): keyword searches would queue behind the readers held so. The
+                # vector first, then a reader.
+                self._give_back(reader, answered=False)
+                started.result()  # raises ProviderUnavailable past the query timeout
+                reader = self._take(index)
             if reader is None:
                 self.in_daemon += 1
-                return search(index, query, options, embedder=embedder)
+                return search(index, query, options, embedder=embedder, started=started)
             try:
-                outcome = self._remote(reader, index, query, options, embedder)
+                outcome = self._remote(reader, index, query, options, embedder, started)
             except ReaderDied as exc:
                 self._died(reader, str(exc))
                 self.in_daemon += 1
-                return search(index, query, options, embedder=embedder)
+                return search(index, query, options, embedder=embedder, started=started)
             except BaseException:
                 self._give_back(reader, answered=True)  # a typed error is an answer too
                 raise
@@ -152,13 +163,9 @@ class ReaderPool:
         query: str,
         options: SearchOptions,
         embedder: Embedder | None,
+        started: Future[Vectors] | None,
     ) -> SearchOutcome:
-        # The query is embedded while the reader runs the keyword half (as in the daemon).
-        early = (
-            embedder.start_query(query.strip())
-            if embedder is not None and options.mode != "keyword" and query.strip()
-            else None
-        )
+        early = started
         values = dataclasses.asdict(options)
         if values["sources"] is not None:
             values["sources"] = list(values["sources"])
