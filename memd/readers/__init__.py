@@ -7,9 +7,8 @@ processes that open the index read-only and run the same search code give reads 
 cores (docs/benchmarks.md has the figures).
 
 The daemon stays the only writer and the only owner of the embedder: a reader that needs a
-query's vector asks for it over its pipe, and the daemon, which started embedding the query as
-the request came in, sends it back. A search reads a snapshot opened after the request arrived,
-so the read-your-writes guarantee is the daemon's as before. Each reader keeps its own vector
+query's vector asks for it over its pipe, and the daemon sends it back. A search reads a
+snapshot opened after the request arrived, so read-your-writes holds as in the daemon. Each reader keeps its own vector
 sketch, in step through ``vector_log`` like the daemon's; the writer trims that log no further
 than the sketches that have reported (memd/index/index.py), and a sketch that finds the log
 trimmed past it loads again (memd/index/sketch.py).
@@ -18,7 +17,10 @@ Readers are used when searches overlap: one search at a time runs in the daemon,
 did, and costs no process. A search that finds another in flight goes to an idle reader that
 has the index open; when none has, one is started or opened in the background and the search
 runs in the daemon meanwhile, so no search waits for a reader to start. When every reader is
-busy the search waits for one. When the daemon goes quiet (memd/daemon.py) the readers exit.
+busy the search waits for one. No reader waits for the model: a search whose query vector is
+not ready (the model is busy with documents) gives its reader back and waits for the vector
+first; else keyword searches would queue behind it. When the daemon goes quiet
+(memd/daemon.py) the readers exit.
 A reader that dies or stops answering is replaced, and its search runs in the daemon; after
 FAILURES_MAX deaths in a row the pool stops using readers and status says why.
 """
