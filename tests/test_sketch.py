@@ -222,3 +222,22 @@ def test_a_sketch_loaded_before_the_vectors_finds_them(index: Index) -> None:
     with index.reader() as store:
         sketch = store.reads.sketch
         assert sketch is not None and sketch.basis_from >= 300  # directions from the vectors
+
+
+def test_a_sketch_loaded_at_the_trim_point_writes_nothing(index: Index, tmp_path: Path) -> None:
+    """Each start loads the sketch where the last trim left the log: trimming again there
+    wrote the file (and its WAL) for nothing at every start."""
+    _add(index, range(1, 101), _vectors(100))
+    index.tend_sketch()  # loads, then trims the log
+    index.close()
+    again = Index(tmp_path / "i.sqlite", use_vec=False)
+    again.open()
+    try:
+        writer = again.writer().conn
+        before = writer.total_changes()
+        again.tend_sketch()
+        assert writer.total_changes() == before
+        assert _nearest(again, _vectors(100)[5], k=1) == [6]
+    finally:
+        again.close()
+    index.open()  # the fixture closes it

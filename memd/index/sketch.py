@@ -133,7 +133,8 @@ class Sketch:
         try:
             row = conn.execute("SELECT max(seq) FROM vector_log").fetchone()
             # the log may be empty, trimmed: the vectors read now are those of the trim point
-            seq = max(int(row[0]) if row and row[0] is not None else 0, _trimmed(conn))
+            trimmed = _trimmed(conn)
+            seq = max(int(row[0]) if row and row[0] is not None else 0, trimmed)
             row = conn.execute("SELECT count(*) FROM chunks_vec_plain").fetchone()
             total = int(row[0]) if row else 0
             step = max(1, total // SAMPLE)
@@ -174,6 +175,7 @@ class Sketch:
         self.count = self.loaded_with = count
         self._index_rows()
         self.seq = seq
+        self.trimmed = trimmed  # a trim to where it stands would write for nothing
         self._loaded = True
         if count >= RELEASE_AFTER:  # the batches and the covariance are garbage: give them back
             release_memory()
