@@ -101,7 +101,7 @@ class SearchConfig:
     mmr_lambda: float = 0.7
     # Processes that run searches when several overlap (memd/readers): one per core, at most
     # four; 0 runs every search in the daemon.
-    reader_processes: int = field(default_factory=lambda: _default_readers())
+    reader_processes: int = field(default_factory=_default_readers)
 
     def validate(self) -> None:
         _check(1 <= self.max_results <= 100, "search.max_results", "must be from 1 to 100")

@@ -48,6 +48,17 @@ def pool() -> Iterator[ReaderPool]:
     p.close()
 
 
+@pytest.fixture
+def warm(
+    pool: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
+) -> ReaderPool:
+    """The notes indexed and the pool's readers started on them, as overlapping searches do."""
+    _notes(write)
+    syncer.sync()
+    _overlap(pool, index, fake)
+    return pool
+
+
 def _answers(outcome: object) -> list[dict[str, object]]:
     return [h.to_dict() for h in outcome.results]  # type: ignore[attr-defined]
 
@@ -85,11 +96,9 @@ def test_one_search_at_a_time_runs_in_the_daemon_and_starts_no_process(
 
 
 def test_readers_answer_as_the_daemon_does(
-    pool: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
+    warm: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
 ) -> None:
-    _notes(write)
-    syncer.sync()
-    _overlap(pool, index, fake)
+    pool = warm
     assert pool.health()["running"] >= 1
     for mode in ("hybrid", "keyword", "vector"):
         options = SearchOptions(mode=mode, min_score=0.0)  # type: ignore[arg-type]
@@ -109,11 +118,9 @@ def test_readers_answer_as_the_daemon_does(
 
 
 def test_a_reader_sees_each_write_at_once(
-    pool: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
+    warm: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
 ) -> None:
-    _notes(write)
-    syncer.sync()
-    _overlap(pool, index, fake)
+    pool = warm
     write("memory/2026-11-04.md", "The zeppelin hangar lease was signed by Margarethe.\n")
     syncer.sync()  # committed before the search starts: it must see the file, words and vector
     for mode in ("keyword", "vector"):
@@ -160,11 +167,9 @@ def _trims_wait_for(
 
 
 def test_a_sketch_left_behind_by_a_trim_loads_again(
-    pool: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
+    warm: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
 ) -> None:
-    _notes(write)
-    syncer.sync()
-    _overlap(pool, index, fake)
+    pool = warm
     wait_for(lambda: pool.health()["busy"] == 0, "readers idle")
     # The readers stop reporting (as one silent for REMOTE_SKETCH_TTL_S): the writer trims
     # the log past them.
@@ -183,11 +188,9 @@ def test_a_sketch_left_behind_by_a_trim_loads_again(
 
 
 def test_a_rebuilt_index_is_read_from_its_new_file(
-    pool: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
+    warm: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
 ) -> None:
-    _notes(write)
-    syncer.sync()
-    _overlap(pool, index, fake)
+    pool = warm
     write("memory/2026-11-07.md", "The walrus choir rehearses on Thursdays.\n")
     epoch = index.epoch
     syncer.rebuild()
@@ -202,16 +205,14 @@ def test_a_rebuilt_index_is_read_from_its_new_file(
 
 
 def test_a_killed_reader_is_replaced_and_its_search_answered(
-    pool: ReaderPool,
+    warm: ReaderPool,
     syncer: Syncer,
     index: Index,
     fake: FakeEmbedder,
     write: WriteFile,
     memd_log: pytest.LogCaptureFixture,
 ) -> None:
-    _notes(write)
-    syncer.sync()
-    _overlap(pool, index, fake)
+    pool = warm
     wait_for(lambda: pool.health()["busy"] == 0, "readers idle")
     for pid in pool.health()["pids"]:
         os.kill(pid, signal.SIGKILL)
@@ -337,11 +338,9 @@ def test_reader_processes_zero_keeps_every_search_in_the_daemon(
 
 
 def test_idle_readers_stop_when_asked(
-    pool: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
+    warm: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
 ) -> None:
-    _notes(write)
-    syncer.sync()
-    _overlap(pool, index, fake)
+    pool = warm
     wait_for(lambda: pool.health()["busy"] == 0, "readers idle")
     pids = pool.health()["pids"]
     assert pool.stop_idle() == len(pids) >= 1
@@ -352,7 +351,7 @@ def test_idle_readers_stop_when_asked(
 
 
 def test_an_index_created_again_at_the_same_path_is_not_read_from_the_old_file(
-    pool: ReaderPool,
+    warm: ReaderPool,
     syncer: Syncer,
     index: Index,
     fake: FakeEmbedder,
@@ -361,9 +360,7 @@ def test_an_index_created_again_at_the_same_path_is_not_read_from_the_old_file(
     workspace: Path,
     cache: EmbeddingCache,
 ) -> None:
-    _notes(write)
-    syncer.sync()
-    _overlap(pool, index, fake)
+    pool = warm
     # The workspace is removed and added again: its index file is deleted and made anew.
     index.close()
     for suffix in ("", "-wal", "-shm"):

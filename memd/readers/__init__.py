@@ -88,20 +88,20 @@ class ReaderPool:
                 self._give_back(reader, answered=False)
                 started.result()  # raises ProviderUnavailable past the query timeout
                 reader = self._take(index)
-            if reader is None:
+            if reader is not None:
+                try:
+                    outcome = self._remote(reader, index, query, options, embedder, started)
+                except ReaderDied as exc:
+                    self._died(reader, str(exc))
+                except BaseException:
+                    self._give_back(reader, answered=True)  # a typed error is an answer too
+                    raise
+                else:
+                    self._give_back(reader, answered=True)
+                    return outcome
+            with self._cond:
                 self.in_daemon += 1
-                return search(index, query, options, embedder=embedder, started=started)
-            try:
-                outcome = self._remote(reader, index, query, options, embedder, started)
-            except ReaderDied as exc:
-                self._died(reader, str(exc))
-                self.in_daemon += 1
-                return search(index, query, options, embedder=embedder, started=started)
-            except BaseException:
-                self._give_back(reader, answered=True)  # a typed error is an answer too
-                raise
-            self._give_back(reader, answered=True)
-            return outcome
+            return search(index, query, options, embedder=embedder, started=started)
         finally:
             with self._cond:
                 self._inflight -= 1
@@ -167,7 +167,6 @@ class ReaderPool:
         embedder: Embedder | None,
         started: Future[Vectors] | None,
     ) -> SearchOutcome:
-        early = started
         values = dataclasses.asdict(options)
         if values["sources"] is not None:
             values["sources"] = list(values["sources"])
@@ -186,8 +185,8 @@ class ReaderPool:
                 if "embed" not in reply:
                     break
                 assert embedder is not None
-                future = early or embedder.start_query(str(reply["embed"]))
-                early = None
+                future = started or embedder.start_query(str(reply["embed"]))
+                started = None
                 try:
                     vector = future.result()
                 except errors.ProviderUnavailable as exc:
