@@ -209,6 +209,27 @@ def test_copies_of_one_vector_do_not_crowd_out_the_others(index: Index) -> None:
     assert rows[0].score == pytest.approx(float(distinct[best] @ q), abs=1e-5)
 
 
+def test_copies_are_grouped_by_their_bytes_not_by_equal_floats(index: Index) -> None:
+    """A BLAS product gives equal rows different last bits by where they fall in a kernel's
+    tile (AVX2 and AVX-512 differ, ../cpu-notes): copies whose projections differ by an ulp
+    are still one group, and two different vectors with equal projections are two."""
+    distinct = _vectors(20, seed=9)
+    _add(index, range(1, 201), np.repeat(distinct, 10, axis=0))  # ids 1..10: vector 0, ...
+    with index.reader() as store:
+        sketch = store.reads.sketch
+        assert sketch is not None
+        sketch.refresh(store.conn)
+        live = sketch.rows[: sketch.count]
+        # every other copy one ulp off, as a kernel's tile edge would leave it
+        live[::2] = np.nextafter(live[::2], np.float32(np.inf))
+        groups = sketch.candidates(distinct[3], 20)
+    assert len(groups) == 20
+    assert sorted(sorted(g) for g in groups) == [
+        list(range(1 + 10 * i, 11 + 10 * i)) for i in range(20)
+    ]
+    assert set(groups[0]) == set(range(31, 41))  # the query is vector 3
+
+
 def test_a_sketch_loaded_before_the_vectors_finds_them(index: Index) -> None:
     """The daemon's first sync writes keyword rows and loads the sketch before any vector is
     embedded: its principal directions, computed from no vectors, must not stay zero."""
