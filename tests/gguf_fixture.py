@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import struct
 from pathlib import Path
+
+import pytest
+
+# Tests that load a GGUF through llama-cpp-python (the [local] extra) skip without it, saying
+# so; under CI, where .ci/run installs it, a missing llama-cpp-python fails them instead.
+needs_llama = pytest.mark.skipif(
+    importlib.util.find_spec("llama_cpp") is None and not os.environ.get("CI"),
+    reason="llama-cpp-python is not installed (pip install -e '.[local]')",
+)
 
 
 def _string(s: str) -> bytes:

@@ -9,7 +9,7 @@ import pytest
 from memd.config import EmbeddingConfig
 from memd.embed.select import choose_embedder
 
-from .gguf_fixture import bert_header
+from .gguf_fixture import bert_header, needs_llama
 
 
 def test_auto_with_nothing_is_keyword_only_and_protective(tmp_path: Path) -> None:
@@ -26,6 +26,7 @@ def test_none_is_a_choice_not_an_outage() -> None:
     assert choice.embedder is None and not choice.protect
 
 
+@needs_llama
 def test_local_model_found_in_the_model_directory(tmp_path: Path) -> None:
     models = tmp_path / "models"
     models.mkdir()
@@ -35,6 +36,7 @@ def test_local_model_found_in_the_model_directory(tmp_path: Path) -> None:
     assert (choice.embedder.provider, choice.embedder.dims) == ("local", 12)
 
 
+@needs_llama
 def test_broken_local_model_falls_through_to_a_remote_with_a_key(tmp_path: Path) -> None:
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"not a model")
@@ -58,6 +60,7 @@ def test_explicit_provider_without_key_protects_the_index() -> None:
     assert "VOYAGE_API_KEY" in choice.reason
 
 
+@needs_llama
 def test_memd_local_model_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from memd.config import Config
 
