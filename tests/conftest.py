@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,41 @@ from memd.embed.fake import FakeEmbedder
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
 from memd.index.sync import Syncer
+
+
+def pytest_report_header() -> list[str]:
+    """Where the run ran: floats from BLAS and llama.cpp's kernels differ between CPUs (AVX2,
+    AVX-512, AMX), so a red run names its CPU, SIMD flags and numpy's BLAS."""
+    import platform
+
+    import numpy
+    import threadpoolctl
+
+    model, flags = platform.machine(), ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = dict(line.split(":", 1) for line in f if ":" in line)
+        model = info.get("model name\t", model).strip()
+        simd = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni")
+        flags = " ".join(
+            sorted(
+                f
+                for f in info.get("flags\t\t", "").split()
+                if f in simd or f[:6] in ("avx512", "amx")
+            )
+        )
+    except OSError:
+        pass
+    lines = [f"cpu: {model}, {os.cpu_count()} cores; simd: {flags or 'unknown'}"]
+    lines.append(f"numpy {numpy.__version__}")
+    for lib in threadpoolctl.threadpool_info():
+        lines.append(
+            f"blas: {lib.get('internal_api')} {lib.get('version')}, kernel "
+            f"{lib.get('architecture')}, {lib.get('num_threads')} threads"
+        )
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        lines.append(f"OPENBLAS_CORETYPE={os.environ['OPENBLAS_CORETYPE']}")
+    return lines
 
 
 @pytest.fixture(autouse=True)
