@@ -302,6 +302,38 @@ def test_budget_rewrite_falls_back_to_append_when_the_file_keeps_changing(
     assert not [p for p in workspace.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_a_writer_that_opened_the_file_before_the_swap_keeps_its_line(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`echo line >> MEMORY.md` opens the file, then writes: descheduled in between (a loaded
+    machine), it writes to the old file after the trim swapped a new one in. However late that
+    write comes, the line ends up in MEMORY.md."""
+    _note(workspace)
+    memory = workspace / "MEMORY.md"
+    memory.write_text("# Long-Term Memory\n" + _old_section("2024-01-01", 1))
+    real = sharedfile.fsync
+    writers: list[threading.Thread] = []
+
+    def late_write(f: object) -> None:
+        time.sleep(0.3)  # far past any grace a writer could be given
+        f.write("a late human line\n")  # type: ignore[attr-defined]
+        f.close()  # type: ignore[attr-defined]
+
+    def fsync(fd: int) -> None:  # the temp file is ready: the swap comes next
+        real(fd)
+        if not writers and os.readlink(f"/proc/self/fd/{fd}") != str(memory):
+            writers.append(threading.Thread(target=late_write, args=(open(memory, "a"),)))
+            writers[0].start()
+
+    monkeypatch.setattr(sharedfile, "fsync", fsync)
+    apply_promotions(workspace, [_cand(_entry())], day=DAY, max_chars=200)
+    writers[0].join()
+    got = memory.read_text()
+    assert got.count("a late human line") == 1
+    assert got.count("<!-- memd-promotion:") >= 1
+
+
 # --- concurrent human edits ------------------------------------------------------------------
 
 

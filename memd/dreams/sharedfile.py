@@ -9,9 +9,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import functools
 import logging
 import os
+import signal
 import stat
 import sys
 import tempfile
@@ -27,7 +29,10 @@ __all__ = ["Snapshot", "append_text", "snapshot", "snapshot_bytes", "swap_in"]
 
 logger = logging.getLogger(__name__)
 
-# After the swap, how long a writer that opened the old file may still write to it.
+# After the swap, how long to wait for a writer that opened the old file to finish with it
+# (then the swap is undone), and, where the kernel cannot tell whether one has it open, how long
+# such a writer may still write to it.
+SALVAGE_WAIT_S = 2.0
 SALVAGE_GRACE_S = 0.02
 
 
@@ -156,23 +161,56 @@ def swap_in(path: Path, base: Snapshot, new_text: str) -> bool:
 def _settle(
     path: Path, tmp: str, base: Snapshot, written: int, exchange: Callable[[str, str], bool]
 ) -> bool:
-    """After a swap, ``tmp`` holds the displaced file: undo unless it is ``base`` plus appends."""
+    """After a swap, ``tmp`` holds the displaced file: undo unless it is ``base`` plus appends
+    and nobody can write to it any more."""
     assert base.fd is not None and base.st is not None
     displaced = os.stat(tmp, follow_symlinks=False)
     if (displaced.st_dev, displaced.st_ino) == (base.st.st_dev, base.st.st_ino):
-        time.sleep(SALVAGE_GRACE_S)  # let a writer that opened the old file finish its write
+        quiet = _no_writers(base.fd, SALVAGE_WAIT_S)
+        if quiet is None:  # the kernel cannot tell here: give a late writer a moment
+            time.sleep(SALVAGE_GRACE_S)
         now = _read_from(base.fd, 0)
-        if now.startswith(base.data):
+        if quiet is not False and now.startswith(base.data):
             tail = now[len(base.data) :]
             if tail:  # appended to the old file after our check: carry it over
                 append_text(path, tail.decode("utf-8", "surrogateescape"))
             return True
-    # Someone renamed a new file in, or rewrote it in place: give theirs back.
+    # Someone renamed a new file in, rewrote it in place, or still holds it open to write (an
+    # `echo >>` between its open and its write): give theirs back.
     exchange(tmp, str(path))
     late = snapshot_bytes(Path(tmp))[written:]
     if late:  # appended to our file while it was in place
         append_text(path, late.decode("utf-8", "surrogateescape"))
     return False
+
+
+def _no_writers(fd: int, timeout: float) -> bool | None:
+    """Whether no process holds the file of ``fd`` open for writing, waiting up to ``timeout``
+    for one to close it; None where the kernel cannot tell.
+
+    Linux grants a read lease only on a file nobody has open for writing, so taking one (and
+    letting it go at once) is the question asked of the kernel. A file renamed away can no
+    longer be opened by its name, so once the answer is yes no later write can reach it. The
+    lease's break signal is SIGURG, which is ignored by default, should anyone open the file
+    in the instant the lease is held."""
+    if not hasattr(fcntl, "F_SETLEASE"):
+        return None
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        except OSError as exc:
+            if exc.errno != errno.EAGAIN:  # not ours, or a filesystem without leases
+                return None
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+            continue
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return True
 
 
 def snapshot_bytes(path: Path) -> bytes:
