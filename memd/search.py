@@ -148,7 +148,9 @@ class SearchOutcome:
 
 # A term found in more than this share of chunks has a BM25 weight of about zero, yet scoring
 # it means visiting nearly every chunk: at 10,000 chunks "s" (from "Caroline's") alone cost
-# 11 ms. Such terms are left out of the MATCH (they still count in the overlap boost).
+# 11 ms. Such terms are left out of the MATCH (they still count in the overlap boost) as long
+# as the rarer terms fill the candidates; when they do not, the whole query runs: leaving a term
+# out is a speed device and never changes which chunks can be found.
 COMMON_TERM_SHARE = 0.5
 
 
@@ -233,6 +235,14 @@ def search(
             keyword_rows = store.reads.keyword_candidates(
                 match, options.sources, options.candidates
             )
+            if len(keyword_rows) < options.candidates:
+                # Too few rows hold the rarer terms: the common ones decide the rest, so a
+                # chunk holding only them is still found (dropping them is for speed only).
+                every, _ = keyword_match(query)
+                if every is not None and every != match:
+                    keyword_rows = store.reads.keyword_candidates(
+                        every, options.sources, options.candidates
+                    )
         waiting = qvec_future is not None and not qvec_future.done()
         if qvec_future is None:
             hits = _keyword_only(store, keyword_rows, boost_terms, options, now)

@@ -78,6 +78,26 @@ def test_natural_language_question_finds_partial_matches(
     assert paths(outcome)[0] == "memory/2026-03-01.md"
 
 
+def test_a_term_in_most_chunks_still_finds_them(
+    syncer: Syncer, index: Index, write: WriteFile
+) -> None:
+    """Leaving out a term held by most chunks is for speed: with ten chunks, six about the cat,
+    the cat's notes are still found, alone and beside a rarer word."""
+    for day in range(1, 7):
+        write(f"memory/2026-04-0{day}.md", f"The user fed the cat on day {day}.\n")
+    write("memory/2026-04-07.md", "The dog barked at the mailman.\n")
+    for day in range(8, 10):
+        write(f"memory/2026-04-0{day}.md", f"Deployed release {day} to staging.\n")
+    write("memory/2026-04-10.md", "Lunch was soup.\n")
+    syncer.sync()
+    cats = {f"memory/2026-04-0{day}.md" for day in range(1, 7)}
+    for query in ("what did the user say about the cat?", "cat"):
+        found = paths(search(index, query, opts(mode="keyword", max_results=10), embedder=None))
+        assert cats <= set(found), query
+    found = paths(search(index, "dog cat", opts(mode="keyword", max_results=10), embedder=None))
+    assert found[0] == "memory/2026-04-07.md" and cats <= set(found)
+
+
 def test_cjk_is_findable_by_keyword(syncer: Syncer, index: Index, write: WriteFile) -> None:
     write("memory/zh.md", "我们决定下周三发布新版本。\n负责人是王小明。\n")
     write("memory/ja.md", "東京のオフィスで会議をしました。\n")
