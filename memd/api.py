@@ -34,6 +34,7 @@ from memd.blas import blas_threads
 from memd.dreams.diary import DIARY_FILE
 from memd.dreams.dream import PHASES, DreamOptions, last_runs, run_dream
 from memd.dreams.dreaming import run_promotion
+from memd.dreams.privacy import without_transcripts
 from memd.dreams.ranking import MANUAL
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recorder import RecallRecorder
@@ -177,13 +178,15 @@ class Api:
         for ws in targets:
             st = self.service.status(ws.name)
             try:
-                recalls: dict[str, Any] = RecallStore(ws.root).counts()
+                recalls: dict[str, Any] = RecallStore(
+                    ws.root, folder=ws.dream_place.folder
+                ).counts()
             except Exception as exc:  # a damaged store is reported, not fatal
                 recalls = {"error": str(exc)}
             nxt = self.schedule.next_run() if self.schedule else None
             st["dreaming"] = {
                 "recall_store": recalls,
-                "last_runs": last_runs(ws.root),
+                "last_runs": last_runs(ws.root, ws.dream_place.folder),
                 "enabled": self.service.config.dreaming.enabled,
                 "next_run": nxt.isoformat() if nxt else None,
             }
@@ -270,7 +273,8 @@ class Api:
             ][:max_results]
         memory_hits = [r for r in results if r["source"] == "memory"]
         if self.recorder is not None and self.service.config.dreaming.record_recalls:
-            self.recorder.submit(ws.root, query, memory_hits)  # off the reply path
+            # off the reply path
+            self.recorder.submit(ws.root, query, memory_hits, folder=ws.dream_place.folder)
         return {
             "results": results,
             "freshness": self.freshness(ws, waited_ms=waited, synced=bool(wait_ms)),
@@ -457,7 +461,12 @@ class Api:
                 raise BadRequest("each result needs start_line <= end_line")
             score = float_param(item, "score", 0.0, 1.0)
             clean.append({"path": path, "start_line": start, "end_line": end, "score": score})
-        store = RecallStore(ws.root, timezone=self.service.config.timezone, clock=self.clock)
+        store = RecallStore(
+            ws.root,
+            folder=ws.dream_place.folder,
+            timezone=self.service.config.timezone,
+            clock=self.clock,
+        )
         with _workspace_write("record recalls"):
             return {"recorded": store.record(query or "", clean)}
 
@@ -512,7 +521,10 @@ class Api:
                     max_chars=self.service.config.dreaming.memory_max_chars,
                     timezone=self.service.config.timezone,
                     clock=self.clock,
+                    folder=ws.dream_place.folder,
+                    redact=self.service.config.index.redact,
                 )
+        result = self._shown_to(ws, caller, result)
         result["workspace"] = ws.name
         return result
 
@@ -539,8 +551,18 @@ class Api:
                     ) from None
             else:  # a preview computes the run on copies and writes nothing
                 result = self._dream(ws, phases, apply=False)
+        result = self._shown_to(ws, caller, result)
         result["workspace"] = ws.name
         return result
+
+    def _shown_to(self, ws: Workspace, caller: Caller, result: dict[str, Any]) -> dict[str, Any]:
+        """A dreaming reply as ``caller`` may see it: what came from the workspace's
+        transcripts only for a caller that may see them (memd/dreams/privacy.py)."""
+        if self._may_see_sessions(ws, caller):
+            return result
+        shown, left_out = without_transcripts(result)
+        shown["withheld_from_transcripts"] = left_out
+        return dict(shown)
 
     def start_dream(self, ws: Workspace, phases: Sequence[str] = PHASES) -> Future[dict[str, Any]]:
         """Queue a dreaming run that writes (the schedule's, or ``dream`` with ``apply``)."""
@@ -556,6 +578,7 @@ class Api:
             memory_max_chars=config.dreaming.memory_max_chars,
             diary_max_chars=config.dreaming.diary_max_chars,
             timezone=config.timezone,
+            redact=config.index.redact,
         )
         result = run_dream(
             ws.root,
@@ -570,6 +593,7 @@ class Api:
                 else None
             ),
             clock=self.clock,
+            folder=ws.dream_place.folder,
         )
         if apply:
             result["written"] = [DIARY_FILE, *(["MEMORY.md"] if _promoted(result) else [])]

@@ -349,6 +349,8 @@ class Indexer:
             max_chars=config.dreaming.memory_max_chars,
             timezone=config.timezone,
             clock=self.clock,
+            folder=ws.dream_place.folder,
+            redact=config.index.redact,
         )
         if result["applied"]:
             self._sync(ws, None, only={"MEMORY.md"})

@@ -16,6 +16,7 @@ from typing import Any
 
 from memd.atomicfile import write_atomic
 from memd.config import Config
+from memd.dreams.place import DreamPlace
 from memd.embed.base import Embedder
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
@@ -23,7 +24,14 @@ from memd.index.sync import Syncer, SyncReport
 from memd.text import first_control
 from memd_client.errors import BadRequest, UnknownWorkspace
 
-__all__ = ["Workspace", "Workspaces", "check_name", "load_registry", "save_registry"]
+__all__ = [
+    "Workspace",
+    "Workspaces",
+    "check_name",
+    "dreams_folder",
+    "load_registry",
+    "save_registry",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +48,11 @@ class Workspace:
     last_report: SyncReport | None = None
     sessions_dir: Path | None = None
     agent_id: str = ""
+    dreams: DreamPlace | None = None  # where its dreaming keeps its files (memd's state)
+
+    @property
+    def dream_place(self) -> DreamPlace:
+        return self.dreams or DreamPlace.inside(self.root)
 
 
 MAX_NAME_CHARS = 64
@@ -74,6 +87,11 @@ def _slug(root: Path) -> str:
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name).strip("-.") or "workspace"
     return f"{name[:40]}-{digest}"
+
+
+def dreams_folder(config: Config, root: Path) -> Path:
+    """Where the workspace at ``root`` (resolved) keeps its dreaming files: memd's state."""
+    return config.state_dir / "dreams" / _slug(root)
 
 
 class Workspaces:
@@ -146,7 +164,12 @@ class Workspaces:
                 syncer,
                 sessions_dir=syncer.sessions_dir,
                 agent_id=agent_id or name,
+                dreams=DreamPlace(root, dreams_folder(self.config, root)),
             )
+            try:
+                ws.dream_place.prepare()
+            except OSError as exc:  # dreaming says so when it runs; searching goes on
+                logger.warning("%s: cannot prepare its dreaming folder: %s", name, exc)
             self._workspaces[root] = ws
             self._names[name] = root
             logger.info("workspace %s at %s (index %s)", name, root, index.path)

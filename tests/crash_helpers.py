@@ -30,6 +30,7 @@ from memd.embed.fake import FakeEmbedder
 from memd.index.index import Index
 from memd.index.store import DumpRow
 from memd.index.sync import Syncer
+from memd.registry import dreams_folder
 
 WS_NAME = "crash"
 
@@ -306,16 +307,19 @@ def check_index(home: Path, root: Path, scratch: Path) -> list[str]:
     return problems
 
 
-def check_recall_store(root: Path) -> list[str]:
+def check_recall_store(root: Path, home: Path) -> list[str]:
+    """The recall store of the workspace at ``root``, kept in the state of MEMD_HOME ``home``."""
     problems: list[str] = []
-    raw = root / "memory" / ".dreams" / STORE_NAME
+    config = Config.load(env={"MEMD_HOME": str(home)})
+    folder = dreams_folder(config, root.resolve())
+    raw = folder / STORE_NAME
     if raw.exists():  # looked at before load(), which would quarantine a bad file
         try:
             json.loads(raw.read_bytes())
         except ValueError as exc:
             problems.append(f"{raw.name} does not parse: {exc}")
     try:
-        RecallStore(root).load()
+        RecallStore(root, folder=folder).load()
     except Exception as exc:
         problems.append(f"RecallStore.load() raised {exc!r}")
     return problems

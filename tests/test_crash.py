@@ -165,7 +165,7 @@ def test_kill_point(phase: str, point: int, tmp_path: Path) -> None:
             pytest.fail(f"{where()}: {exc}\n{daemon.log_tail()}")
         assert code == 0, f"{where()}: restarted daemon exited {code}\n{daemon.log_tail()}"
         problems = check_index(daemon.home, ws, tmp_path / "oracle")
-        problems += check_recall_store(ws)
+        problems += check_recall_store(ws, daemon.home)
         if phase == "promotion":
             problems += check_human_lines(ws)
         assert not problems, f"{where()}: {problems}\n{daemon.log_tail()}"

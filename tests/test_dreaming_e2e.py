@@ -14,6 +14,7 @@ import memd_client
 from memd.config import Config
 from memd.ctl.memctl import cli as memctl
 from memd.embed.fake import FakeEmbedder
+from memd.registry import dreams_folder
 
 from .daemon_fixture import running_daemon
 
@@ -227,7 +228,10 @@ def test_dreaming_reads_the_agents_transcripts(tmp_path: Path) -> None:
             c.reindex("agent")
             run = c.dream("agent", apply=True)
     assert run["light"]["messages_read"] == 2  # "Noted." is too short; the checkpoint skipped
-    corpus = (ws / "memory" / ".dreams" / "session-corpus" / "2026-04-01.txt").read_text()
+    # in memd's private state, not in the workspace (memd/dreams/place.py)
+    assert not (ws / "memory" / ".dreams").exists()
+    folder = dreams_folder(Config.load(), ws.resolve())
+    corpus = (folder / "session-corpus" / "2026-04-01.txt").read_text()
     assert corpus.startswith("User: Remember: I am allergic to shellfish.\n")
     assert key not in corpus and "Never seen" not in corpus
     assert "- User: Remember: I am allergic to shellfish. [" in (ws / "MEMORY.md").read_text()

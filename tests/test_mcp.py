@@ -45,12 +45,7 @@ def daemon(ws: Path) -> Iterator[Daemon]:
         with memd_client.connect(d.socket_path) as c:
             c.workspace_add(ws, name="agent")
             c.search("agent", "billing", wait_ms=5000)  # indexed before the tests search
-            # That search's recalls create memory/.dreams/, a new folder the watcher answers
-            # with a rescan: let it settle, so the tests' first search is fresh.
             deadline = time.monotonic() + 20
-            while not (ws / "memory" / ".dreams" / "short-term-recall.json").exists():
-                assert time.monotonic() < deadline, "recalls were never recorded"
-                time.sleep(0.05)
             while not c.search("agent", "billing", wait_ms=1000)["freshness"]["fresh"]:
                 assert time.monotonic() < deadline, "the workspace never became fresh"
                 time.sleep(0.1)

@@ -235,7 +235,9 @@ def test_missing_snippet_is_read_from_the_file(store: RecallStore, write: Any) -
     no_snippet = {"path": "memory/2026-04-01.md", "start_line": 2, "end_line": 3, "score": 0.5}
     assert store.record("q", [no_snippet]) == 1
     (entry,) = store.load().values()
-    assert entry.snippet == "Deploys are blue-green. Staging first."
+    # cut as Light cuts the note: the lines under their heading
+    assert entry.snippet == "Day: Deploys are blue-green. Staging first."
+    assert (entry.start_line, entry.end_line) == (2, 3)
 
 
 def test_day_bucket_uses_the_time_zone(workspace: Path) -> None:

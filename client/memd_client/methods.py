@@ -351,6 +351,7 @@ class Methods(ABC):
             "min_score": min_score,
             "min_recall_count": min_recall_count,
             "min_unique_queries": min_unique_queries,
+            "caller": self._caller(),
         }
         return Call("promote", params, self.timeout)
 
@@ -360,7 +361,12 @@ class Methods(ABC):
     ) -> Call[DreamResult]:
         """Run dreaming (``phase``: light, rem, deep or all); without ``apply`` a preview that
         writes nothing."""
-        params = {"workspace": _workspace(workspace), "phase": phase, "apply": apply}
+        params = {
+            "workspace": _workspace(workspace),
+            "phase": phase,
+            "apply": apply,
+            "caller": self._caller(),
+        }
         return Call("dream", params, self.timeout)
 
     @_Method

@@ -360,13 +360,17 @@ class PromoteResult(TypedDict):
     entries: int
     thresholds: PromoteThresholds
     candidates: list[PromoteCandidate]
-    applied: list[AppliedPromotion]
-    # With apply:
+    applied: list[AppliedPromotion]  # written (empty without apply)
+    # Without apply, when there are candidates: what a promotion that writes would write.
+    would_apply: NotRequired[list[AppliedPromotion]]
     skipped: NotRequired[list[list[str]]]
     already_present: NotRequired[list[str]]
     dropped_sections: NotRequired[int]
     # With explain (None for an unknown key):
     explain: NotRequired[ExplainedCandidate | None]
+    # For a caller that may not see the workspace's transcripts: how many items taken from
+    # them the reply leaves out.
+    withheld_from_transcripts: NotRequired[int]
 
 
 class DreamGroup(TypedDict):
@@ -419,6 +423,7 @@ class DreamCandidate(PromoteCandidate):
 
 class HeldBack(TypedDict):
     key: str
+    path: str
     snippet: str
     score: float
     reason: str
@@ -427,7 +432,8 @@ class HeldBack(TypedDict):
 class DreamDeep(TypedDict):
     candidates: list[DreamCandidate]
     held_back: list[HeldBack]
-    applied: list[AppliedPromotion]
+    applied: list[AppliedPromotion]  # written (empty in a preview)
+    would_apply: NotRequired[list[AppliedPromotion]]  # a preview: what a run would write
     skipped: NotRequired[list[list[str]]]
     already_present: NotRequired[list[str]]
     dropped_sections: NotRequired[int]
@@ -445,6 +451,8 @@ class DreamResult(TypedDict):
     meaning_failed: NotRequired[str]
     diary: NotRequired[dict[str, Any]]
     written: NotRequired[list[str]]
+    # For a caller that may not see the workspace's transcripts: items left out.
+    withheld_from_transcripts: NotRequired[int]
 
 
 # -- indexing and workspaces ---------------------------------------------------------------------

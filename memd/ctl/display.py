@@ -308,7 +308,7 @@ def promote_lines(result: Mapping[str, Any]) -> list[str]:
     explained = result.get("explain")
     if "explain" in result:
         if explained is None:
-            lines.append("No such entry in the recall store.")
+            lines.append(f"No entry {result['explain_key']!r} in the recall store.")
         else:
             lines.append(
                 f"{explained['key']}: score {explained['score']:.3f}"
@@ -332,9 +332,14 @@ def promote_lines(result: Mapping[str, Any]) -> list[str]:
             f"  recalls={c['recall_count']} queries={c['unique_queries']}"
         )
         lines.append(f"    {str(c.get('snippet', ''))[:100]}")
+        lines.append(f"    key {c['key']}  (--explain KEY)")
     applied = result.get("applied") or []
     if applied:
         lines.append(f"Promoted {len(applied)} to MEMORY.md")
+    if would := result.get("would_apply"):
+        lines.append(f"Would promote {len(would)} to MEMORY.md (--apply writes)")
+    if withheld := result.get("withheld_from_transcripts"):
+        lines.append(f"{withheld} from session transcripts not shown (--agent-id shows them)")
     for key, reason in result.get("skipped") or []:
         lines.append(f"skipped {key}: {reason}")
     return lines

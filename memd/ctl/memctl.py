@@ -285,11 +285,15 @@ def promote_cmd(
     """
     with _client(ctx) as c:
         result = c.promote(_ref_or_cwd(workspace), apply=apply, explain=explain)
+    unknown = explain is not None and result.get("explain") is None
     if as_json:
         _print_json(result)
-        return
-    for line in display.promote_lines(result):
+        ctx.exit(1 if unknown else 0)
+    for line in display.promote_lines({**result, "explain_key": explain}):
         click.echo(line)
+    if unknown:
+        click.echo("`memctl promote` lists the keys --explain takes.", err=True)
+        ctx.exit(1)
 
 
 @cli.command("dream")
@@ -322,6 +326,8 @@ def dream_cmd(
     click.echo(f"Similar memories compared by {result['similarity']}.")
     for line in diary_lines(result):
         click.echo(_shown(line))
+    if withheld := result.get("withheld_from_transcripts"):
+        click.echo(f"{withheld} items from session transcripts not shown (--agent-id shows them).")
     if apply:
         click.echo("Written to DREAMS.md.")
 

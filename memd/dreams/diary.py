@@ -5,7 +5,12 @@ memd wrote, and the run in plain words: what Light staged, the themes and candid
 found (with confidence and sources), what Deep promoted and why, and what it held back. The
 file stays under a size budget by dropping its oldest entries, and only entries still exactly
 as memd wrote them (the digest matches): a line a human added or changed is never dropped.
-Agents may read the diary (it is indexed as evergreen memory) but not write it (memd/flush.py).
+
+The diary is for people to read. It is not indexed unless ``[dreaming] index_diary`` says so
+(its entries quote the notes they come from, and outranked them in search); agents that may
+read long-term memory may ``get`` it, none may write it (memd/flush.py). It never quotes a
+line taken from a session transcript unless that line was promoted into MEMORY.md
+(memd/dreams/privacy.py), and its lines are redacted as the index redacts text.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memd.dreams.privacy import only_from_transcripts
 from memd.dreams.sharedfile import append_text, snapshot, swap_in
 
 __all__ = ["DIARY_FILE", "DiaryWrite", "diary_lines", "write_entry"]
@@ -115,8 +121,24 @@ def _sources(item: Mapping[str, Any]) -> str:
     return ", ".join(item["evidence"]) + written
 
 
+def _private(items: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], list[str]]:
+    """(the items the diary may quote, the line saying how many it may not)."""
+    shown = [i for i in items if not only_from_transcripts(i)]
+    hidden = len(items) - len(shown)
+    note = (
+        [
+            f"- {hidden} from session transcripts, not shown here "
+            "(a transcript is for its own agent only)."
+        ]
+        if hidden
+        else []
+    )
+    return shown, note
+
+
 def diary_lines(run: Mapping[str, Any]) -> list[str]:
-    """A dreaming run (memd/dreams/dream.py) in plain words, for the diary."""
+    """A dreaming run (memd/dreams/dream.py) in plain words, for the diary; for a preview (not
+    ``applied``), what a run that writes would do."""
     out: list[str] = []
     if (light := run.get("light")) is not None:
         staged = light["staged"]
@@ -133,40 +155,46 @@ def diary_lines(run: Mapping[str, Any]) -> list[str]:
             f"Staged {len(staged)} of {light['considered']} recent memories"
             + (f"; {merged} merged as the same claim." if merged else "."),
         ]
-        out += [f"- {g['snippet']} ({_sources(g)})" for g in staged[:STAGED_SHOWN]]
-        if len(staged) > STAGED_SHOWN:
-            out.append(f"- … and {len(staged) - STAGED_SHOWN} more.")
+        shown, note = _private(staged)
+        out += [f"- {g['snippet']} ({_sources(g)})" for g in shown[:STAGED_SHOWN]]
+        if len(shown) > STAGED_SHOWN:
+            out.append(f"- … and {len(shown) - STAGED_SHOWN} more.")
+        out += note
         out.append("")
     if (rem := run.get("rem")) is not None:
         out += ["### REM Sleep", f"Reflected on {rem['considered']} memories of the last week."]
         out.append("Themes:" if rem["themes"] else "Themes: none kept coming back.")
+        themes, note = _private(rem["themes"])
         out += [
             f"- `{t['tag']}` in {t['count']} memories (strength {t['strength']:.2f}): "
             + ", ".join(t["evidence"])
-            for t in rem["themes"]
-        ]
+            for t in themes
+        ] + note
         out.append("Candidate truths:" if rem["truths"] else "Candidate truths: none yet.")
+        truths, note = _private(rem["truths"])
         out += [
-            f"- {t['snippet']} [confidence {t['confidence']:.2f} · {_sources(t)}]"
-            for t in rem["truths"]
-        ]
+            f"- {t['snippet']} [confidence {t['confidence']:.2f} · {_sources(t)}]" for t in truths
+        ] + note
         if rem["lasting"]:
             out.append("Lasting facts (kept whatever the statistics say):")
-            out += [f"- {t['snippet']} [{t['reason']} · {_sources(t)}]" for t in rem["lasting"]]
+            lasting, note = _private(rem["lasting"])
+            out += [f"- {t['snippet']} [{t['reason']} · {_sources(t)}]" for t in lasting] + note
         if rem["grounded"]:
             out.append(f"Grounded {rem['grounded']} claims in the days they were written on.")
         out.append("")
     if (deep := run.get("deep")) is not None:
         out.append("### Deep Sleep")
-        applied = {a["key"] for a in deep.get("applied", [])}
+        writes = run.get("applied", True)
+        applied = {a["key"] for a in deep.get("applied" if writes else "would_apply", [])}
         promoted = [c for c in deep["candidates"] if c["key"] in applied]
         if promoted:
-            out.append("Promoted into MEMORY.md:")
+            out.append("Promoted into MEMORY.md:" if writes else "Would promote into MEMORY.md:")
             out += [f"- {c['snippet']} ({c['why']})" for c in promoted]
         else:
-            out.append("Promoted nothing.")
+            out.append("Promoted nothing." if writes else "Would promote nothing.")
         if deep["held_back"]:
             out.append("Held back:")
-            out += [f"- {h['snippet']} ({h['reason']})" for h in deep["held_back"]]
+            held, note = _private(deep["held_back"])
+            out += [f"- {h['snippet']} ({h['reason']})" for h in held] + note
         out.append("")
     return out

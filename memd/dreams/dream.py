@@ -5,8 +5,8 @@ Light reads the recent daily notes into the recall store and stages recent memor
 truth written on several days (memd/dreams/rem.py); Deep ranks every entry with the phase
 boosts and promotes into MEMORY.md what passes (memd/dreams/ranking.py, promote.py), holding
 back a candidate that says what a better one (or MEMORY.md) already says. DREAMS.md gets one
-entry per run (memd/dreams/diary.py); ``memory/.dreams/dream-runs.json`` keeps when each phase
-last ran and what it found, for status.
+entry per run (memd/dreams/diary.py); ``dream-runs.json`` in the dreaming folder
+(memd/dreams/place.py) keeps when each phase last ran and what it found, for status.
 
 Without ``apply`` nothing is written: the run is computed on copies and reported.
 """
@@ -37,6 +37,8 @@ from memd.dreams.light import (
     stage,
 )
 from memd.dreams.phases import Phase, PhaseHits, PhaseSignals
+from memd.dreams.place import DreamPlace
+from memd.dreams.privacy import redacted
 from memd.dreams.ranking import SCHEDULED, Candidate, Thresholds, score_all, verdict
 from memd.dreams.recall_store import RecallEntry, RecallStore, iso_time
 from memd.dreams.rem import RemSettings, Truth, ground, reflect
@@ -48,6 +50,7 @@ from memd.dreams.transcripts import (
     save_sessions_state,
     write_corpus,
 )
+from memd.redact import redact as redact_secrets
 
 __all__ = ["PHASES", "RUNS_FILE", "DreamOptions", "last_runs", "run_dream"]
 
@@ -69,6 +72,7 @@ class DreamOptions:
     memory_max_chars: int = 10_000
     diary_max_chars: int = 20_000
     timezone: str = ""
+    redact: bool = True  # [index] redact: secrets out of what dreaming writes and shows
 
 
 def _group_dict(g: Group) -> dict[str, Any]:
@@ -121,11 +125,18 @@ def _deep(
     """(the candidates to promote, what is held back and why: the best few that fail and
     every one REM surfaced)."""
     # One claim is promoted once: an entry that says what MEMORY.md (or a better candidate of
-    # this run) already says is neither promoted nor listed as held back.
-    said = [e.snippet for e in entries.values() if e.promoted_at is not None]
+    # this run) already says, or that covers lines of the same note as one of them (a search
+    # recalled the chunk, Light read the line), is neither promoted nor listed as held back.
+    said = [e for e in entries.values() if e.promoted_at is not None]
 
     def said_already(c: Candidate) -> bool:
-        return any(text_similarity(s, c.entry.snippet) >= DUPLICATE_SIMILARITY for s in said)
+        e = c.entry
+        return any(
+            (s.path == e.path and s.start_line <= e.end_line and e.start_line <= s.end_line)
+            or text_similarity(s.snippet, e.snippet) >= DUPLICATE_SIMILARITY
+            for s in said
+            if s is not e
+        )
 
     scored = [
         (c, verdict(c, thresholds))
@@ -135,7 +146,7 @@ def _deep(
     for c, reason in scored:
         if reason is None and len(chosen) < thresholds.limit and not said_already(c):
             chosen.append(c)
-            said.append(c.entry.snippet)
+            said.append(c.entry)
     held: list[dict[str, Any]] = []
     for c, reason in scored:
         if c in chosen or said_already(c):
@@ -144,6 +155,7 @@ def _deep(
             held.append(
                 {
                     "key": c.entry.key,
+                    "path": c.entry.path,
                     "snippet": c.entry.snippet,
                     "score": round(c.score, 4),
                     "reason": reason or f"over this run's limit of {thresholds.limit}",
@@ -160,16 +172,19 @@ def run_dream(
     meaning_threshold: float | None = None,
     transcripts: TranscriptSource | None = None,
     clock: Callable[[], dt.datetime] | None = None,
+    folder: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the chosen phases over the workspace at ``root``; see the module docstring."""
+    """Run the chosen phases over the workspace at ``root``, keeping dreaming's own files in
+    ``folder`` (default: the workspace's ``memory/.dreams``); see the module docstring."""
+    place = DreamPlace(root, folder) if folder is not None else DreamPlace.inside(root)
     now = (clock or (lambda: dt.datetime.now(dt.UTC)))()
     tz = ZoneInfo(options.timezone) if options.timezone else None
     local = now.astimezone(tz) if tz else now.astimezone()
     today = local.date().isoformat()
     stamp = iso_time(now)
     apply = options.apply
-    store = RecallStore(root, timezone=options.timezone, clock=clock)
-    signals = PhaseSignals(root)
+    store = RecallStore(root, folder=place.folder, timezone=options.timezone, clock=clock)
+    signals = PhaseSignals(root, place.folder)
     meaning = (
         Meaning(vectors, meaning_threshold)
         if vectors is not None and meaning_threshold is not None
@@ -177,7 +192,7 @@ def run_dream(
     )
     result: dict[str, Any] = {"at": stamp, "applied": apply, "phases": list(options.phases)}
     if meaning is not None:  # the model calls happen before the lock, not while searches wait
-        meaning.load(sources_of(root, _window(store.load(), now)).values())
+        meaning.load(sources_of(place, _window(store.load(), now)).values())
     # A preview only reads (every store file is replaced whole): it takes no lock, so it
     # creates nothing, not even the lock file.
     with store.locked() if apply else contextlib.nullcontext():
@@ -186,27 +201,36 @@ def run_dream(
         collected = None
         sessions = None
         if "light" in options.phases:
-            collected = collect_daily(root, now, today=today, limit=options.light.limit)
+            collected = collect_daily(
+                root, now, today=today, limit=options.light.limit, folder=place.folder
+            )
             counted = ingest_daily(store, entries, collected, now)
             if transcripts is not None:
                 sessions = collect_sessions(
-                    root, transcripts, now, tz=tz, lookback_days=options.light.lookback_days
+                    root,
+                    transcripts,
+                    now,
+                    tz=tz,
+                    lookback_days=options.light.lookback_days,
+                    folder=place.folder,
                 )
                 if apply:  # a preview only counts the messages: the corpus is a file
                     for day, lines in sorted(sessions.by_day.items()):
-                        results = write_corpus(root, day, lines)
+                        if options.redact:  # the reader redacts too; whatever it is given
+                            lines = [redact_secrets(line) for line in lines]
+                        results = write_corpus(root, day, lines, place.folder)
                         query = SESSIONS_QUERY.format(day=day)
                         counted += len(store.count(entries, query, results, now, signal="daily"))
         if meaning is not None:
-            meaning.texts = sources_of(root, _window(entries, now))
+            meaning.texts = sources_of(place, _window(entries, now))
         if collected is not None:
             groups, considered = stage(entries, phases, now, options.light, meaning=meaning)
             keys = [g.entry.key for g in groups]
             if apply:
                 store.save(entries)
-                save_state(root, collected)
+                save_state(root, collected, place.folder)
                 if sessions is not None:
-                    save_sessions_state(root, sessions)
+                    save_sessions_state(root, sessions, place.folder)
                 signals.record(keys, "light", now, known=entries)
             _hit(phases, keys, "light", stamp)
             result["light"] = {
@@ -251,9 +275,16 @@ def run_dream(
                 "held_back": held,
                 "applied": [],
             }
-            if apply and chosen:
+            if chosen:  # a preview takes the same path, writing nothing
                 deep.update(
-                    promote(store, chosen, day=local.date(), max_chars=options.memory_max_chars)
+                    promote(
+                        store,
+                        chosen,
+                        day=local.date(),
+                        max_chars=options.memory_max_chars,
+                        redact=options.redact,
+                        dry_run=not apply,
+                    )
                 )
             result["deep"] = deep
         result["similarity"] = (
@@ -263,11 +294,14 @@ def run_dream(
         )
         if meaning is not None and meaning.failed:
             result["meaning_failed"] = meaning.failed
+        if options.redact:
+            result = redacted(result, redact_secrets)
         if apply:
             title = local.strftime("%Y-%m-%d %H:%M") + (f" ({options.timezone})" if tz else "")
-            written = write_entry(
-                root, title, diary_lines(result), max_chars=options.diary_max_chars
-            )
+            lines = diary_lines(result)
+            if options.redact:  # snippets are; theme names and the rest are words of notes too
+                lines = [redact_secrets(line) for line in lines]
+            written = write_entry(root, title, lines, max_chars=options.diary_max_chars)
             result["diary"] = {"path": "DREAMS.md", "dropped_entries": written.dropped_entries}
             _save_runs(store.dir, result)
     return result
@@ -291,7 +325,7 @@ def _summary(phase: str, report: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _save_runs(folder: Path, result: Mapping[str, Any]) -> None:
-    runs = last_runs(folder.parent.parent)
+    runs = _runs_in(folder)
     for phase in PHASES:
         if phase in result:
             runs[phase] = {"at": result["at"], **_summary(phase, result[phase])}
@@ -299,10 +333,14 @@ def _save_runs(folder: Path, result: Mapping[str, Any]) -> None:
     write_atomic(folder / RUNS_FILE, (json.dumps(body, indent=2) + "\n").encode())
 
 
-def last_runs(root: Path) -> dict[str, Any]:
+def last_runs(root: Path, folder: Path | None = None) -> dict[str, Any]:
     """When each phase last ran (with ``apply``) in the workspace at ``root``, and its tally."""
+    return _runs_in(folder if folder is not None else DreamPlace.inside(root).folder)
+
+
+def _runs_in(folder: Path) -> dict[str, Any]:
     try:
-        raw = json.loads((root / "memory" / ".dreams" / RUNS_FILE).read_bytes())
+        raw = json.loads((folder / RUNS_FILE).read_bytes())
     except (OSError, ValueError):
         return {}
     runs = raw.get("phases") if isinstance(raw, dict) else None

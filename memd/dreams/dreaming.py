@@ -11,6 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from memd.dreams.phases import PhaseSignals
+from memd.dreams.place import DreamPlace
 from memd.dreams.promote import apply_promotions
 from memd.dreams.ranking import Candidate, Thresholds, rank, score_all, score_entry, verdict
 from memd.dreams.recall_store import RecallStore
@@ -41,12 +42,39 @@ def candidate_dict(c: Candidate) -> dict[str, Any]:
 
 
 def promote(
-    store: RecallStore, candidates: Sequence[Candidate], *, day: date, max_chars: int
+    store: RecallStore,
+    candidates: Sequence[Candidate],
+    *,
+    day: date,
+    max_chars: int,
+    redact: bool = True,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Write ``candidates`` into MEMORY.md as a section dated ``day`` and mark them promoted
     in ``store``; the reply's ``applied``, ``skipped``, ``already_present`` and
-    ``dropped_sections``."""
-    outcome = apply_promotions(store.root, candidates, day=day, max_chars=max_chars)
+    ``dropped_sections``. A ``dry_run`` writes nothing and names what a run that writes would
+    apply as ``would_apply`` (``applied`` stays empty)."""
+    outcome = apply_promotions(
+        store.root,
+        candidates,
+        day=day,
+        max_chars=max_chars,
+        place=DreamPlace(store.root, store.dir),
+        redact=redact,
+        dry_run=dry_run,
+    )
+    applied = [
+        {"key": a.key, "path": a.path, "start_line": a.start_line, "end_line": a.end_line}
+        for a in outcome.applied
+    ]
+    if dry_run:
+        return {
+            "applied": [],
+            "would_apply": applied,
+            "skipped": [list(s) for s in outcome.skipped],
+            "already_present": list(outcome.already_present),
+            "dropped_sections": 0,
+        }
     updates: dict[str, Mapping[str, Any]] = {
         a.key: {"start_line": a.start_line, "end_line": a.end_line, "snippet": a.text}
         for a in outcome.applied
@@ -57,10 +85,7 @@ def promote(
     if outcome.applied:
         logger.info("promoted %d memories into %s", len(outcome.applied), outcome.memory_path)
     return {
-        "applied": [
-            {"key": a.key, "path": a.path, "start_line": a.start_line, "end_line": a.end_line}
-            for a in outcome.applied
-        ],
+        "applied": applied,
         "skipped": [list(s) for s in outcome.skipped],
         "already_present": list(outcome.already_present),
         "dropped_sections": outcome.dropped_sections,
@@ -77,12 +102,17 @@ def run_promotion(
     max_chars: int = 10_000,
     timezone: str = "",
     clock: Callable[[], datetime] | None = None,
+    folder: Path | None = None,
+    redact: bool = True,
 ) -> dict[str, Any]:
-    """Rank (and with ``apply`` promote) the short-term memories of the workspace at ``root``."""
+    """Rank, and promote (``apply``) or say what a promotion would write, the short-term
+    memories of the workspace at ``root`` (dreaming's files in ``folder``)."""
     now = (clock or (lambda: datetime.now(UTC)))()
-    store = RecallStore(root, timezone=timezone, clock=clock)
+    store = RecallStore(root, folder=folder, timezone=timezone, clock=clock)
     entries = store.load()
-    phases = PhaseSignals(root).load()  # the Light and REM hits: a boost for the Deep phase
+    phases = PhaseSignals(
+        root, store.dir
+    ).load()  # the Light and REM hits: a boost for the Deep phase
     result: dict[str, Any] = {"entries": len(entries), "thresholds": vars(thresholds)}
     if explain is not None:
         entry = entries.get(explain)
@@ -107,8 +137,12 @@ def run_promotion(
     )
     result["candidates"] = [candidate_dict(c) for c in candidates]
     result["applied"] = []
-    if apply and candidates:
+    if candidates:
         tz = ZoneInfo(timezone) if timezone else None
         day = now.astimezone(tz).date() if tz else now.astimezone().date()
-        result.update(promote(store, candidates, day=day, max_chars=max_chars))
+        result.update(
+            promote(
+                store, candidates, day=day, max_chars=max_chars, redact=redact, dry_run=not apply
+            )
+        )
     return result

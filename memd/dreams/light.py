@@ -28,6 +28,7 @@ from typing import Any
 from memd.atomicfile import write_atomic
 from memd.dreams.daily import DAILY_SCORE, daily_snippets
 from memd.dreams.phases import PhaseHits
+from memd.dreams.place import DreamPlace
 from memd.dreams.recall_store import RecallEntry, RecallStore, parse_time
 from memd.dreams.similar import Group, Meaning, dedupe
 
@@ -95,13 +96,13 @@ def entry_within(entry: RecallEntry, now: dt.datetime, days: int) -> bool:
     return last is not None and last >= now - dt.timedelta(days=max(0, days))
 
 
-def _state_path(root: Path) -> Path:
-    return root / "memory" / ".dreams" / INGESTION_STATE
+def _state_path(folder: Path) -> Path:
+    return folder / INGESTION_STATE
 
 
-def _load_state(root: Path) -> dict[str, dict[str, Any]]:
+def _load_state(folder: Path) -> dict[str, dict[str, Any]]:
     try:
-        raw = json.loads(_state_path(root).read_bytes())
+        raw = json.loads(_state_path(folder).read_bytes())
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:  # costs one extra reading of the notes, nothing more
@@ -136,9 +137,11 @@ def collect_daily(
     today: str,
     limit: int,
     lookback_days: int = DAILY_LOOKBACK_DAYS,
+    folder: Path | None = None,
 ) -> Collected:
-    """The snippets of the daily notes due for reading on dreaming day ``today``."""
-    previous = _load_state(root)
+    """The snippets of the daily notes due for reading on dreaming day ``today`` (what was
+    read before is kept in ``folder``, the dreaming folder: memd/dreams/place.py)."""
+    previous = _load_state(folder or DreamPlace.inside(root).folder)
     notes = _notes(root, now, lookback_days)
     current = {f"memory/{name}" for name, _ in notes}
     state = {k: v for k, v in previous.items() if k in current}
@@ -214,10 +217,11 @@ def ingest_daily(
     return counted
 
 
-def save_state(root: Path, collected: Collected) -> None:
+def save_state(root: Path, collected: Collected, folder: Path | None = None) -> None:
     if collected.changed:
         body = {"version": 1, "files": dict(sorted(collected.state.items()))}
-        write_atomic(_state_path(root), (json.dumps(body, indent=2) + "\n").encode())
+        path = _state_path(folder or DreamPlace.inside(root).folder)
+        write_atomic(path, (json.dumps(body, indent=2) + "\n").encode())
 
 
 def _fresh(entry: RecallEntry, hits: PhaseHits | None) -> bool:
@@ -251,14 +255,14 @@ def stage(
     return groups[: max(0, settings.limit)], len(recent)
 
 
-def sources_of(root: Path, entries: Sequence[RecallEntry]) -> dict[str, str]:
+def sources_of(place: DreamPlace, entries: Sequence[RecallEntry]) -> dict[str, str]:
     """Each entry's lines as they are in its note now (for comparing by meaning)."""
     files: dict[str, list[str] | None] = {}
     out = {}
     for e in entries:
         if e.path not in files:
             try:
-                target = root / e.path
+                target = place.file(e.path)
                 files[e.path] = (
                     None
                     if target.is_symlink()

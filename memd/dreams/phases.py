@@ -1,4 +1,4 @@
-"""The phase-signal store (``memory/.dreams/phase-signals.json``): how often the Light and REM
+"""The phase-signal store (``phase-signals.json`` in the dreaming folder): how often the Light and REM
 phases of dreaming met each short-term entry, and when last; and the boost that gives an entry
 in the Deep phase's ranking. The shape, the caps and the boost are OpenClaw's.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memd.atomicfile import write_atomic
+from memd.dreams.place import DreamPlace
 from memd.dreams.recall_lock import file_lock
 from memd.dreams.recall_store import LOCK_NAME, iso_time, parse_time
 
@@ -109,8 +110,8 @@ class PhaseSignals:
     """The phase-signal store of the workspace at ``root``; written under the recall store's
     lock, atomically (temp file, fsync, rename)."""
 
-    def __init__(self, root: Path) -> None:
-        self.dir = Path(root) / "memory" / ".dreams"
+    def __init__(self, root: Path, folder: Path | None = None) -> None:
+        self.dir = Path(folder) if folder is not None else DreamPlace.inside(Path(root)).folder
         self.path = self.dir / PHASE_SIGNALS
 
     def load(self) -> dict[str, PhaseHits]:

@@ -1,5 +1,10 @@
 """Promotion into MEMORY.md: re-read each candidate's lines from its daily note and add them as one
 dated, marker-tagged section, without ever losing a line a human wrote (memd/dreams/sharedfile.py).
+
+What is written is the claim as clean Markdown: one bullet of the lines' text, without the
+headings, list markers and blank lines around it, and with secrets redacted as the index
+redacts them. A dry run (a preview) takes the same path and writes nothing, so it says exactly
+what a run that writes would do.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path, PurePosixPath
 
+from memd.dreams.place import DreamPlace
 from memd.dreams.ranking import Candidate
 from memd.dreams.recall_store import RecallEntry, is_promotable
 from memd.dreams.sharedfile import append_text, snapshot, snapshot_bytes, swap_in
+from memd.redact import redact as redact_secrets
 from memd_client.errors import PathRefused
 
 __all__ = ["Applied", "PromotionResult", "apply_promotions", "rehydrate"]
@@ -27,7 +34,8 @@ SECTION_TITLE = "Promoted From Short-Term Memory"
 CAS_ATTEMPTS = 5
 
 _WS = re.compile(r"\s+")
-_BULLET = re.compile(r"^(?:[-*+]|\d+[.)])\s+")
+_BULLET = re.compile(r"^(?:[-*+]|\d+[.)])\s+(?:\[[ xX]\]\s+)?")
+_HEADING_LINE = re.compile(r"^\s{0,3}#{1,6}(?:\s|$)")
 _MARKER = re.compile(r"<!--\s*(?:memd|openclaw-memory)-promotion:(.+?)\s*-->")
 _SECTION = re.compile(r"## Promoted From Short-Term Memory \((\d{4}-\d{2}-\d{2})\)")
 _TOP_HEADING = re.compile(r"#{1,2}\s")  # a "# " or "## " line ends a promoted section
@@ -61,18 +69,29 @@ def _collapse(text: str) -> str:
     return _BULLET.sub("", _WS.sub(" ", text).strip())
 
 
-def _source_rel(root: Path, path: str) -> str | None:
-    """The workspace-relative file holding ``path``: as given, else ``memory/<basename>``."""
+def claim_text(text: str) -> str:
+    """The claim ``text``'s lines make, as the text of one bullet: headings, blank lines and
+    each line's list marker (and checkbox) left out, the rest joined by spaces."""
+    kept = [
+        _BULLET.sub("", line.strip())
+        for line in text.splitlines()
+        if line.strip() and not _HEADING_LINE.match(line)
+    ]
+    return _WS.sub(" ", " ".join(k for k in kept if k)).strip()
+
+
+def _source_rel(place: DreamPlace, path: str) -> str | None:
+    """The file holding ``path``: as given, else ``memory/<basename>``."""
     p = PurePosixPath(path.replace("\\", "/"))
     if p.is_absolute():
         try:
-            p = PurePosixPath(Path(p).relative_to(root).as_posix())
+            p = PurePosixPath(Path(p).relative_to(place.root).as_posix())
         except ValueError:
             return None
     if ".." in p.parts or not p.name:
         return None
     for rel in dict.fromkeys((p.as_posix(), f"memory/{p.name}")):
-        if (root / rel).is_file():
+        if place.file(rel).is_file():
             return rel
     return None
 
@@ -109,12 +128,12 @@ def _locate(lines: list[str], want: str, start: int, end: int) -> tuple[int, int
     return found
 
 
-def _rehydrate(root: Path, entry: RecallEntry) -> tuple[str, int, int, str] | str:
-    rel = _source_rel(root, entry.path)
+def _rehydrate(place: DreamPlace, entry: RecallEntry) -> tuple[str, int, int, str] | str:
+    rel = _source_rel(place, entry.path)
     if rel is None:
         return f"source file not found: {entry.path}"
     try:
-        lines = (root / rel).read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = place.file(rel).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as exc:
         return f"cannot read {rel}: {exc.strerror or exc}"
     want = _collapse(entry.snippet)
@@ -124,25 +143,31 @@ def _rehydrate(root: Path, entry: RecallEntry) -> tuple[str, int, int, str] | st
     if span is None:
         return f"snippet no longer found in {rel}"
     text = "\n".join(lines[span[0] - 1 : span[1]])
-    if not is_promotable(text):
+    if not is_promotable(text) or not claim_text(text):
         return "rehydrated text is not promotable"
     return rel, span[0], span[1], text
 
 
-def rehydrate(root: Path, entry: RecallEntry) -> tuple[int, int, str] | str:
+def rehydrate(
+    root: Path, entry: RecallEntry, place: DreamPlace | None = None
+) -> tuple[int, int, str] | str:
     """Re-read ``entry``'s lines from its source file: ``(start, end, text)`` or why not."""
-    found = _rehydrate(root, entry)
+    found = _rehydrate(place or DreamPlace.inside(root), entry)
     return found if isinstance(found, str) else found[1:]
 
 
-def _section(day: date, items: Sequence[tuple[Candidate, Applied]], nl: str) -> str:
+def _section(
+    day: date, items: Sequence[tuple[Candidate, Applied]], nl: str, *, redact: bool
+) -> str:
     out = ["", f"## {SECTION_TITLE} ({day.isoformat()})", ""]
     for cand, a in items:
         avg = cand.entry.total_score / max(1, cand.signal_count)
+        claim = claim_text(a.text)
         out.append(f"<!-- memd-promotion:{a.key} -->")
         out.append(
-            f"- {_collapse(a.text)} [score={cand.score:.3f} recalls={cand.entry.recall_count} "
-            f"avg={avg:.3f} source={a.path}:{a.start_line}-{a.end_line}]"
+            f"- {redact_secrets(claim) if redact else claim} [score={cand.score:.3f} "
+            f"recalls={cand.entry.recall_count} avg={avg:.3f} "
+            f"source={a.path}:{a.start_line}-{a.end_line}]"
         )
     return nl.join(out) + nl
 
@@ -201,9 +226,18 @@ def _residue(body: list[str], nl: str) -> list[str]:
 
 
 def apply_promotions(
-    root: Path, candidates: Sequence[Candidate], *, day: date, max_chars: int = 10_000
+    root: Path,
+    candidates: Sequence[Candidate],
+    *,
+    day: date,
+    max_chars: int = 10_000,
+    place: DreamPlace | None = None,
+    redact: bool = True,
+    dry_run: bool = False,
 ) -> PromotionResult:
-    """Append the candidates not yet in ``root/MEMORY.md`` as one section dated ``day``."""
+    """Append the candidates not yet in ``root/MEMORY.md`` as one section dated ``day``
+    (``dry_run``: say what would be appended, and write nothing)."""
+    place = place or DreamPlace.inside(root)
     path = root / MEMORY_FILE
     if path.is_symlink():
         raise PathRefused(f"{path} is a symlink; memd does not write through it")
@@ -219,14 +253,16 @@ def apply_promotions(
         if key in present:
             result.already_present.append(key)
             continue
-        found = _rehydrate(root, cand.entry)
+        found = _rehydrate(place, cand.entry)
         if isinstance(found, str):
             logger.info("not promoting %s: %s", key, found)
             result.skipped.append((key, found))
             continue
         ready.append((cand, Applied(key, *found)))
-    if ready:
-        _write(path, ready, day, max_chars, result)
+    if ready and dry_run:
+        result.applied.extend(a for _c, a in ready)
+    elif ready:
+        _write(path, ready, day, max_chars, result, redact=redact)
     return result
 
 
@@ -236,6 +272,8 @@ def _write(
     day: date,
     max_chars: int,
     result: PromotionResult,
+    *,
+    redact: bool,
 ) -> None:
     for attempt in range(CAS_ATTEMPTS + 1):
         if attempt == CAS_ATTEMPTS:
@@ -246,7 +284,7 @@ def _write(
             present = set(_MARKER.findall(text))
             todo = [(c, a) for c, a in ready if a.key not in present]
             nl = "\r\n" if "\r\n" in text else "\n"
-            section = _section(day, todo, nl)
+            section = _section(day, todo, nl, redact=redact)
             sep = "" if text.endswith("\n") else nl
             budget = 0 if attempt == CAS_ATTEMPTS else max_chars
             if todo and text and budget > 0 and len(text + sep + section) > budget:

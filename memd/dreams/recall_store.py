@@ -1,4 +1,5 @@
-"""The short-term recall store (``memory/.dreams/short-term-recall.json``): which daily-log snippets
+"""The short-term recall store (``short-term-recall.json`` in the workspace's dreaming folder,
+memd/dreams/place.py): which daily-log snippets
 searches surfaced, how often and on which days, under OpenClaw's lock and caps.
 
 Over 400 lines: one file format and the protocol that keeps it whole under concurrent writers
@@ -23,6 +24,9 @@ from typing import Any, Literal, TypeGuard
 from zoneinfo import ZoneInfo
 
 from memd.atomicfile import write_atomic
+from memd.dreams.claims import recalled_claims
+from memd.dreams.place import DreamPlace
+from memd.dreams.privacy import from_transcript
 from memd.dreams.recall_lock import LOCK_RETRY_S, LOCK_STALE_S, LOCK_TIMEOUT_S, file_lock
 from memd.dreams.recall_text import (
     DAY,
@@ -274,11 +278,12 @@ class RecallStore:
         self,
         root: Path,
         *,
+        folder: Path | None = None,
         timezone: str = "",
         clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
         self.root = Path(root)
-        self.dir = self.root / "memory" / ".dreams"
+        self.dir = Path(folder) if folder is not None else DreamPlace.inside(self.root).folder
         self.path = self.dir / STORE_NAME
         self.prev_path = self.dir / (STORE_NAME + ".prev")
         self.lock_path = self.dir / LOCK_NAME
@@ -442,8 +447,25 @@ class RecallStore:
                 own = _Own(None, self.load(), {})
             entries, lines = own.entries, own.lines
             touched = 0
+            files: dict[str, list[str] | None] = {}
+
+            def lines_of(path: str) -> list[str] | None:
+                if path not in files:
+                    files[path] = self._file_lines(path)
+                return files[path]
+
             for query, results, when in searches:
                 stamp, today, qh = iso_time(when), self._day(when), query_hash(query)
+                if signal == "recall":  # the claims a hit holds, not the whole chunk
+                    results = [
+                        claim
+                        for r in results
+                        for claim in (
+                            recalled_claims(query, r, lines_of)
+                            if not from_transcript(r.get("path"))
+                            else [r]
+                        )
+                    ]
                 for result in results:
                     key = self._apply(entries, result, qh, today, stamp, signal, dedupe=True)
                     if key is not None:
@@ -543,14 +565,20 @@ class RecallStore:
 
     def _read_lines(self, path: str, start: int, end: int) -> str | None:
         """The text of lines ``start..end`` of a workspace file, for results given without one."""
+        lines = self._file_lines(path)
+        return None if lines is None else "\n".join(lines[start - 1 : end])
+
+    def _file_lines(self, path: str) -> list[str] | None:
+        """The lines of a workspace file (None: outside the workspace, or unreadable)."""
+        if not isinstance(path, str) or not is_short_term(path):
+            return None
         target = (self.root / path).resolve()
         if not target.is_relative_to(self.root.resolve()):
             return None
         try:
-            lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+            return target.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return None
-        return "\n".join(lines[start - 1 : end])
 
     def mark_promoted(self, updates: Mapping[str, Mapping[str, Any]]) -> int:
         """Stamp ``promotedAt`` on the given keys, moving relocated ones; return how many changed."""

@@ -55,8 +55,16 @@ class RecallRecorder:
         self._hurry.set()
         self._thread.join(timeout)
 
-    def submit(self, root: Path, query: str, results: Sequence[Mapping[str, Any]]) -> None:
-        """Queue the results of one search; only dated daily-log results are kept."""
+    def submit(
+        self,
+        root: Path,
+        query: str,
+        results: Sequence[Mapping[str, Any]],
+        *,
+        folder: Path | None = None,
+    ) -> None:
+        """Queue the results of one search in the workspace at ``root`` (its dreaming files in
+        ``folder``: memd/dreams/place.py); only dated daily-log results are kept."""
         short = [dict(r) for r in results if is_short_term(str(r.get("path", "")))]
         if not short:
             return
@@ -65,7 +73,7 @@ class RecallRecorder:
         )  # the search's time, not the write's
         with self._cond:
             try:
-                self._queue.put_nowait((root, query, short, when))
+                self._queue.put_nowait(((root, folder), query, short, when))
             except queue.Full:
                 self.dropped += 1  # never slow a search down: a lost recall only lowers a count
                 return
@@ -91,16 +99,21 @@ class RecallRecorder:
                 except queue.Empty:
                     break
             stopping = any(i is _STOP for i in batch)
-            by_root: dict[Path, list[tuple[str, list[dict[str, Any]], datetime]]] = {}
+            by_root: dict[
+                tuple[Path, Path | None], list[tuple[str, list[dict[str, Any]], datetime]]
+            ]
+            by_root = {}
             for i in batch:
                 if i is not _STOP:
                     root, query, results, when = i
                     by_root.setdefault(root, []).append((query, results, when))
-            for root, searches in by_root.items():
+            for (root, folder), searches in by_root.items():
                 try:
                     store = self._stores.get(root)
-                    if store is None:
-                        store = self._stores[root] = RecallStore(root, timezone=self.timezone)
+                    if store is None or (folder is not None and store.dir != folder):
+                        store = self._stores[root] = RecallStore(
+                            root, folder=folder, timezone=self.timezone
+                        )
                     self.recorded += store.record_many(searches)
                 except Exception as exc:  # a recall store problem never reaches a search
                     logger.warning("recording recalls in %s failed: %s", root, exc)

@@ -4,10 +4,12 @@ them for dreaming.
 New user and assistant messages of the last days (the phase's lookback), at most 240 a run
 (per transcript ``min(80, max(12, ⌈240 / transcripts⌉))``), each once (a digest of every
 message taken is kept per transcript), are appended by day to the session corpus,
-``memory/.dreams/session-corpus/YYYY-MM-DD.txt`` (one ``User: …`` / ``Assistant: …`` line
-each, redacted as the index redacts them), and counted as daily signals of those lines with
-the query ``__dreaming_sessions__:<day>``. The corpus is not indexed (it is not Markdown, and
-transcripts are only ever shown to their own agent); a line of it reaches MEMORY.md only by
+``session-corpus/YYYY-MM-DD.txt`` in the dreaming folder, memd's private state (one ``User:
+…`` / ``Assistant: …`` line each, redacted as the index redacts them), and counted as daily
+signals of those lines with the query ``__dreaming_sessions__:<day>``; entries name such a day
+``memory/.dreams/session-corpus/YYYY-MM-DD.txt`` (memd/dreams/place.py). The corpus is not
+indexed, and what comes from it is shown only to callers that may see the transcripts (their
+own agent): in previews, and never in DREAMS.md; a line of it reaches MEMORY.md only by
 promotion, as any daily note does.
 
 The transcripts are read by the caller (memd.sessions renders them) and handed in as plain
@@ -29,6 +31,7 @@ from typing import Any
 from memd.atomicfile import write_atomic
 from memd.dreams.daily import DAILY_SCORE
 from memd.dreams.light import within_lookback
+from memd.dreams.place import CORPUS_PREFIX, DreamPlace
 from memd.dreams.recall_store import is_promotable
 from memd.dreams.sharedfile import append_text
 
@@ -46,7 +49,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CORPUS_DIR = "memory/.dreams/session-corpus"
+CORPUS_DIR = CORPUS_PREFIX.rstrip("/")
 STATE_FILE = "session-ingestion.json"
 SESSIONS_QUERY = "__dreaming_sessions__:{day}"
 TOTAL_CAP = 240
@@ -89,13 +92,13 @@ class SessionsCollected:
         return sum(len(lines) for lines in self.by_day.values())
 
 
-def _state_path(root: Path) -> Path:
-    return root / "memory" / ".dreams" / STATE_FILE
+def _state_path(folder: Path) -> Path:
+    return folder / STATE_FILE
 
 
-def _load_state(root: Path) -> dict[str, Any]:
+def _load_state(folder: Path) -> dict[str, Any]:
     try:
-        raw = json.loads(_state_path(root).read_bytes())
+        raw = json.loads(_state_path(folder).read_bytes())
     except FileNotFoundError:
         return {"files": {}, "seen": {}}
     except (OSError, ValueError) as exc:
@@ -125,9 +128,10 @@ def collect_sessions(
     *,
     tz: dt.tzinfo | None,
     lookback_days: int,
+    folder: Path | None = None,
 ) -> SessionsCollected:
     """The new messages of the transcripts, by the day they were written."""
-    state = _load_state(root)
+    state = _load_state(folder or DreamPlace.inside(root).folder)
     files: dict[str, Any] = dict(state["files"])
     seen: dict[str, list[str]] = {
         k: list(v) for k, v in state["seen"].items() if isinstance(v, list)
@@ -182,24 +186,28 @@ def collect_sessions(
     return out
 
 
-def save_sessions_state(root: Path, collected: SessionsCollected) -> None:
+def save_sessions_state(
+    root: Path, collected: SessionsCollected, folder: Path | None = None
+) -> None:
     if collected.changed:
         body = json.dumps(collected.state, indent=1, sort_keys=True) + "\n"
-        write_atomic(_state_path(root), body.encode())
+        write_atomic(_state_path(folder or DreamPlace.inside(root).folder), body.encode())
 
 
-def write_corpus(root: Path, day: str, lines: Sequence[str]) -> list[Mapping[str, Any]]:
+def write_corpus(
+    root: Path, day: str, lines: Sequence[str], folder: Path | None = None
+) -> list[Mapping[str, Any]]:
     """Append ``lines`` to the corpus file of ``day``; the results to count, one per line."""
-    folder = root / CORPUS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{day}.txt"
+    place = DreamPlace(root, folder) if folder is not None else DreamPlace.inside(root)
+    rel = f"{CORPUS_DIR}/{day}.txt"
+    path = place.file(rel)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         before = 0 if path.is_symlink() else len(path.read_bytes().splitlines())
     except FileNotFoundError:
         before = 0
     # a symlink is refused (PathRefused) by append_text's no-follow open
     append_text(path, "".join(f"{line}\n" for line in lines))
-    rel = f"{CORPUS_DIR}/{day}.txt"
     return [
         {
             "path": rel,
