@@ -7,9 +7,12 @@ Over 400 lines: one dataclass per section with its bounds, as long as the config
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
 import os
+import stat
 import tomllib
 import types
 import typing
@@ -32,6 +35,8 @@ __all__ = [
     "SearchConfig",
     "WatchConfig",
     "WorkspaceConfig",
+    "refused_directory",
+    "refused_extra_path",
 ]
 
 SearchMode = Literal["hybrid", "keyword", "vector"]
@@ -316,36 +321,103 @@ class Config:
         dirs = user_dirs(env)
         explicit = path is not None or bool(env.get("MEMD_CONFIG"))
         file = Path(path or env.get("MEMD_CONFIG") or dirs.config / "config.toml").expanduser()
-        data: dict[str, Any] = {}
-        source = "defaults"
-        if file.exists():
-            if not file.is_file():  # /dev/zero would never end, a FIFO would block start-up
-                raise ConfigError(f"config file {file} is not a regular file")
+        # Whatever a file holds (nesting deeper than the parser recurses, integers of
+        # thousands of digits, bytes that are not UTF-8), the caller gets a ConfigError that
+        # names the file: a reload keeps the old configuration, a start exits with one line.
+        try:
+            data = _read(file, explicit=explicit)
             try:
-                with file.open("rb") as f:
-                    text = f.read(MAX_CONFIG_BYTES + 1)
-                if len(text) > MAX_CONFIG_BYTES:
-                    raise ConfigError(f"{file} is larger than {MAX_CONFIG_BYTES} bytes")
-                data = tomllib.loads(text.decode("utf-8"))
-            except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as exc:
+                values = _from_mapping(cls, data or {}, prefix="")
+            except ConfigError as exc:
                 raise ConfigError(f"{file}: {exc}") from None
-            source = str(file)
-        elif explicit:
-            raise ConfigError(f"config file {file} does not exist")
-        values = _from_mapping(cls, data, prefix="")
-        _apply_env(values, env)
-        for key, value in overrides.items():
-            section, _, name = key.partition("__")
-            if name:
-                values.setdefault(section, {})[name] = value
-            else:
-                values[section] = value
-        return _build(values, dirs=dirs, source=source)
+            from_env = _apply_env(values, env)
+            given = set()
+            for key, value in overrides.items():
+                section, _, name = key.partition("__")
+                given.add(f"{section}.{name}" if name else section)
+                if name:
+                    values.setdefault(section, {})[name] = value
+                else:
+                    values[section] = value
+            try:
+                return _build(values, dirs=dirs, source="defaults" if data is None else str(file))
+            except _BadValue as exc:  # say where the value came from
+                if exc.key in from_env:
+                    raise ConfigError(f"{from_env[exc.key]}: {exc}") from None
+                if data is not None and exc.key not in given:
+                    raise ConfigError(f"{file}: {exc}") from None
+                raise ConfigError(str(exc)) from None
+        except ConfigError:
+            raise
+        except RecursionError:
+            raise ConfigError(f"{file}: nested more deeply than memd reads") from None
+        except Exception as exc:  # a value no check above foresaw: still one line, no traceback
+            raise ConfigError(
+                f"{file}: cannot be used ({type(exc).__name__}: {_line(exc)})"
+            ) from None
+
+
+class _BadValue(ConfigError):
+    """A value out of its bounds, with the dotted key it was given for."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(f"{key} {why}")
+        self.key = key
 
 
 def _check(ok: bool, key: str, why: str) -> None:
     if not ok:
-        raise ConfigError(f"{key} {why}")
+        raise _BadValue(key, why)
+
+
+def _line(what: object, limit: int = 200) -> str:
+    """``what`` as one line of at most ``limit`` characters (an error names a value, it does
+    not repeat a megabyte of it)."""
+    try:
+        text = str(what)
+    except ValueError:  # an int past Python's digit limit
+        text = f"<{type(what).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _show(value: object) -> str:
+    """A value as an error shows it: its repr, on one line and short."""
+    try:
+        return _line(repr(value), 80)
+    except ValueError:  # an int past Python's digit limit
+        return f"<{type(value).__name__}>"
+
+
+def _read(file: Path, *, explicit: bool) -> dict[str, Any] | None:
+    """The parsed TOML of ``file``; None when there is none (and none was asked for)."""
+    try:
+        st = file.stat()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"config file {file} does not exist") from None
+        return None
+    except OSError as exc:
+        raise ConfigError(f"config file {file} cannot be read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):  # /dev/zero would never end, a FIFO would block start-up
+        raise ConfigError(f"config file {file} is not a regular file")
+    try:
+        with file.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"config file {file} cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{file} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: {_line(exc)}") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise ConfigError(f"{file}: {_line(exc)}") from None
 
 
 _SECTIONS: dict[str, type[Any]] = {
@@ -371,7 +443,7 @@ def _from_mapping(cls: type[Config], data: Mapping[str, Any], prefix: str) -> di
             section: dict[str, Any] = {}
             for name, value in raw.items():
                 if name not in hints:
-                    raise ConfigError(f"unknown key {key}.{name}")
+                    raise ConfigError(f"unknown key {key}.{_line(name, 80)}")
                 section[name] = _coerce(f"{key}.{name}", hints[name], value, from_env=False)
             values[key] = section
         elif key == "workspaces":
@@ -381,13 +453,15 @@ def _from_mapping(cls: type[Config], data: Mapping[str, Any], prefix: str) -> di
         elif key in _TOP_LEVEL:
             values[key] = _coerce(key, _TOP_LEVEL[key], raw, from_env=False)
         else:
-            raise ConfigError(f"unknown key {prefix}{key}")
+            raise ConfigError(f"unknown key {prefix}{_line(key, 80)}")
     return values
 
 
 def _workspaces(raw: Any) -> tuple[WorkspaceConfig, ...]:
     if not isinstance(raw, list):
         raise ConfigError("workspaces must be an array of tables ([[workspaces]])")
+    if len(raw) > MAX_WORKSPACES:
+        raise ConfigError(f"workspaces: {len(raw)} given, at most {MAX_WORKSPACES}")
     hints = typing.get_type_hints(WorkspaceConfig)
     out = []
     for i, item in enumerate(raw):
@@ -396,10 +470,19 @@ def _workspaces(raw: Any) -> tuple[WorkspaceConfig, ...]:
         kwargs = {}
         for name, value in item.items():
             if name not in hints:
-                raise ConfigError(f"unknown key workspaces[{i}].{name}")
+                raise ConfigError(f"unknown key workspaces[{i}].{_line(name, 80)}")
             kwargs[name] = _coerce(f"workspaces[{i}].{name}", hints[name], value, from_env=False)
         if "path" not in kwargs:
             raise ConfigError(f"workspaces[{i}].path is required")
+        extra = kwargs.get("extra_paths", ())
+        if len(extra) > MAX_EXTRA_PATHS:
+            raise ConfigError(
+                f"workspaces[{i}].extra_paths: {len(extra)} given, at most {MAX_EXTRA_PATHS}"
+            )
+        for entry in extra:
+            why = refused_extra_path(Path(kwargs["path"]).expanduser(), entry)
+            if why:
+                raise ConfigError(f"workspaces[{i}].extra_paths: {why}")
         out.append(WorkspaceConfig(**kwargs))
     return tuple(out)
 
@@ -410,6 +493,8 @@ _SOURCE_CLASSES = {"longterm", "memory", "sessions"}
 def _scopes(raw: Any) -> tuple[ScopeRule, ...]:
     if not isinstance(raw, list):
         raise ConfigError("scopes must be an array of tables ([[scopes]])")
+    if len(raw) > MAX_SCOPES:
+        raise ConfigError(f"scopes: {len(raw)} rules given, at most {MAX_SCOPES}")
     hints = typing.get_type_hints(ScopeRule)
     out = []
     for i, item in enumerate(raw):
@@ -418,7 +503,7 @@ def _scopes(raw: Any) -> tuple[ScopeRule, ...]:
         kwargs = {}
         for name, value in item.items():
             if name not in hints:
-                raise ConfigError(f"unknown key scopes[{i}].{name}")
+                raise ConfigError(f"unknown key scopes[{i}].{_line(name, 80)}")
             kwargs[name] = _coerce(f"scopes[{i}].{name}", hints[name], value, from_env=False)
         if "action" not in kwargs:
             raise ConfigError(f"scopes[{i}].action is required (allow or deny)")
@@ -452,7 +537,10 @@ def setting_variables(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _apply_env(values: dict[str, Any], env: Mapping[str, str]) -> None:
+def _apply_env(values: dict[str, Any], env: Mapping[str, str]) -> dict[str, str]:
+    """Put the ``MEMD_*`` settings of ``env`` into ``values``; return which variable set which
+    dotted key."""
+    given: dict[str, str] = {}
     for var, raw in env.items():
         if not var.startswith("MEMD_") or var in _ENV_RESERVED:
             continue
@@ -464,16 +552,106 @@ def _apply_env(values: dict[str, Any], env: Mapping[str, str]) -> None:
             if section not in _SECTIONS:
                 continue  # not a config variable (e.g. MEMD_TEST_MODEL)
             if name not in typing.get_type_hints(_SECTIONS[section]):
-                raise ConfigError(f"unknown variable {var} (no key {section}.{name})")
+                raise ConfigError(
+                    f"unknown variable {_line(var, 80)} (no key {section}.{_line(name, 80)})"
+                )
         if section:
             hint = typing.get_type_hints(_SECTIONS[section])[name]
             values.setdefault(section, {})[name] = _coerce(var, hint, raw, from_env=True)
+            given[f"{section}.{name}"] = var
         else:
             values[name] = _coerce(var, _TOP_LEVEL[name], raw, from_env=True)
+            given[name] = var
+    return given
 
 
 MAX_CONFIG_BYTES = 1 << 20
 """A configuration file larger than this is refused (it is a few hundred bytes)."""
+# Each workspace opens an index and a watcher, each extra path is walked and watched: a file
+# that lists thousands of them is a mistake (or worse), not a setup.
+MAX_WORKSPACES = 1000
+MAX_EXTRA_PATHS = 100
+MAX_SCOPES = 1000
+
+# Directories that hold the system, not anyone's notes (Linux and macOS): a workspace or an
+# extra path there would have memd walk and watch the system (status took 32 s with "/").
+SYSTEM_DIRS = frozenset(
+    {
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/home",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/media",
+        "/mnt",
+        "/opt",
+        "/proc",
+        "/root",
+        "/run",
+        "/sbin",
+        "/snap",
+        "/srv",
+        "/sys",
+        "/tmp",
+        "/usr",
+        "/usr/bin",
+        "/usr/lib",
+        "/usr/local",
+        "/usr/share",
+        "/var",
+        "/var/tmp",
+        "/Applications",
+        "/Library",
+        "/System",
+        "/Users",
+        "/Volumes",
+        "/private",
+        "/private/tmp",
+        "/private/var",
+    }
+)
+# Pseudo file systems: nothing under them is a note, and some of their walks never end.
+_PSEUDO_FS = ("/proc", "/sys", "/dev")
+
+
+@functools.lru_cache(maxsize=1)
+def _system_dirs() -> frozenset[str]:
+    """SYSTEM_DIRS and where they lead (``/bin`` is ``/usr/bin`` on most systems now)."""
+    return SYSTEM_DIRS | {os.path.realpath(d) for d in SYSTEM_DIRS}
+
+
+def refused_directory(path: str | Path) -> str | None:
+    """Why ``path`` (a directory, symlinks followed) cannot be a workspace or an extra path,
+    or None: the root of the file system, a system directory, or a pseudo file system."""
+    real = os.path.realpath(os.path.expanduser(path))
+    if real == os.path.dirname(real):
+        return "it is the root of the file system"
+    if real in _system_dirs():
+        return "it is a system directory"
+    if any(real == fs or real.startswith(fs + "/") for fs in _PSEUDO_FS):
+        return "it is on a pseudo file system"
+    return None
+
+
+def refused_extra_path(root: Path, entry: str, what: str = "an extra path") -> str | None:
+    """Why the extra path ``entry`` of the workspace at ``root`` (resolved against it, as
+    discovery does) cannot be indexed, or None. Extra paths (and transcript folders) are walked
+    whole: besides what no workspace may be, the home directory and its parents are refused."""
+    full = os.path.normpath(os.path.join(os.path.abspath(root), os.path.expanduser(entry)))
+    why = refused_directory(full)
+    if why is None:
+        real = os.path.realpath(full)
+        home = os.path.realpath(os.path.expanduser("~"))
+        if real == home or home.startswith(real.rstrip("/") + "/"):
+            why = "it is the home directory or holds it"
+    if why is None:
+        return None
+    return f"{_show(entry)} cannot be {what}: {why} (name a folder of notes instead)"
+
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -485,14 +663,16 @@ def _coerce(key: str, hint: Any, value: Any, *, from_env: bool) -> Any:
     if origin is Literal:
         choices = typing.get_args(hint)
         if value not in choices:
-            raise ConfigError(f"{key} must be one of {', '.join(map(str, choices))}, not {value!r}")
+            raise ConfigError(
+                f"{key} must be one of {', '.join(map(str, choices))}, not {_show(value)}"
+            )
         return value
     if hint is bool:
         if from_env and isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key} must be true or false, not {value!r}")
+        raise ConfigError(f"{key} must be true or false, not {_show(value)}")
     if hint is int:
         if from_env and isinstance(value, str):
             try:
@@ -501,35 +681,43 @@ def _coerce(key: str, hint: Any, value: Any, *, from_env: bool) -> Any:
                 pass
         elif isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"{key} must be a whole number, not {value!r}")
+        raise ConfigError(f"{key} must be a whole number, not {_show(value)}")
     if hint is float:
+        number: float | None = None
         if from_env and isinstance(value, str):
-            try:
+            with contextlib.suppress(ValueError):
                 number = float(value.strip())
-            except ValueError:
-                pass
-            else:
-                if math.isfinite(number):
-                    return number
-                raise ConfigError(f"{key} must be a finite number, not {value!r}")
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            if math.isfinite(value):
-                return float(value)
-            raise ConfigError(f"{key} must be a finite number, not {value!r}")
-        raise ConfigError(f"{key} must be a number, not {value!r}")
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond any float
+                number = math.inf
+        if number is None:
+            raise ConfigError(f"{key} must be a number, not {_show(value)}")
+        if not math.isfinite(number):
+            raise ConfigError(f"{key} must be a finite number, not {_show(value)}")
+        return number
     if hint is str:
         if isinstance(value, str):
-            return value
-        raise ConfigError(f"{key} must be a string, not {value!r}")
+            return _no_nul(key, value)
+        raise ConfigError(f"{key} must be a string, not {_show(value)}")
     if origin is tuple:
         if from_env and isinstance(value, str):
-            return tuple(p for p in value.split(os.pathsep) if p)
+            return tuple(_no_nul(key, p) for p in value.split(os.pathsep) if p)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise ConfigError(f"{key} must be a list of strings, not {value!r}")
+            return tuple(_no_nul(key, v) for v in value)
+        raise ConfigError(f"{key} must be a list of strings, not {_show(value)}")
     if isinstance(hint, types.UnionType):  # pragma: no cover - no such fields yet
         raise ConfigError(f"{key}: unsupported type")
     raise ConfigError(f"{key}: unsupported type {hint!r}")  # pragma: no cover
+
+
+def _no_nul(key: str, value: str) -> str:
+    # A NUL byte cannot be in a path, a URL or a variable: refused here, not as a ValueError
+    # deep inside whatever opens it.
+    if "\x00" in value:
+        raise ConfigError(f"{key} holds a NUL character")
+    return value
 
 
 def _build(values: dict[str, Any], *, dirs: Dirs, source: str) -> Config:
@@ -557,9 +745,9 @@ def _build(values: dict[str, Any], *, dirs: Dirs, source: str) -> Config:
 
         try:
             ZoneInfo(config.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(
-                f"timezone {config.timezone!r} is not a known IANA time zone"
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            raise _BadValue(
+                "timezone", f"{_show(config.timezone)} is not a known IANA time zone"
             ) from None
     return config
 

@@ -239,12 +239,21 @@ class Daemon:
         self.should_exit.set()
 
     def reload(self) -> None:
-        """SIGHUP: re-read the config; search and get settings apply at once, others on restart."""
+        """SIGHUP: re-read the config; search and get settings apply at once, others on restart.
+        A reload that fails keeps the old configuration and logs one line: it never stops the
+        daemon."""
         try:
             new = Config.load()
-        except MemdError as exc:
+        except Exception as exc:  # Config.load raises ConfigError; anything else is a bug
             logger.error("config reload failed, keeping the old one: %s", exc)
             return
+        try:
+            self._apply(new)
+        except Exception as exc:
+            logger.error("config reload failed while applying it: %s: %s", type(exc).__name__, exc)
+
+    def _apply(self, new: Config) -> None:
+        """Put a reloaded configuration in force, as far as a running daemon can."""
         if self.parts is None:
             return
         service = self.parts.service
@@ -261,9 +270,12 @@ class Daemon:
         if service.readers is not None:
             service.readers.resize(new.search.reader_processes)
         for ws in new.workspaces:
-            with contextlib.suppress(MemdError):
+            try:
                 added = service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)
-                self.parts.watch(added)
+            except MemdError as exc:
+                logger.warning("workspace %s of the configuration not added: %s", ws.path, exc)
+                continue
+            self.parts.watch(added)
         logger.info("configuration reloaded from %s", new.source)
 
     @contextlib.contextmanager

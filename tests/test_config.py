@@ -165,3 +165,58 @@ def test_config_that_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
     big.write_text("# padding\n" * 200_000)
     with pytest.raises(ConfigError, match="larger than"):
         Config.load(big)
+
+
+# Files no check of a value foresees: each must be a ConfigError naming the file (a start exits
+# with one line, a reload keeps the old configuration), never another exception.
+UNREADABLE_FILES = {
+    "nested arrays": b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n",
+    "nested tables": b"x = " + b"{a = " * 3000 + b"1" + b"}" * 3000 + b"\n",
+    "nested in a section": b"[index]\nchunk_tokens = " + b"[" * 3000 + b"]" * 3000 + b"\n",
+    "integer of 5000 digits": b"[index]\nchunk_tokens = " + b"9" * 5000 + b"\n",
+    "integer beyond any float": b"[search]\nmin_score = " + b"9" * 400 + b"\n",
+    "not UTF-8": b'timezone = "\xff\xfe"\n',
+    "many workspaces": b"".join(b'[[workspaces]]\npath = "/w%d"\n' % i for i in range(5000)),
+    "many extra paths": b'[[workspaces]]\npath = "/w"\nextra_paths = ['
+    + b", ".join(b'"n%d"' % i for i in range(5000))
+    + b"]\n",
+    "many scopes": b'[[scopes]]\naction = "allow"\n' * 5000,
+    "a key of 500,000 characters": b"[index]\n" + b"k" * 500_000 + b" = 1\n",
+    "a NUL in a path": b'[embedding]\nmodel_path = "a\\u0000b"\n',
+    "a time zone that is a folder": b'timezone = "Europe"\n',
+}
+
+
+@pytest.mark.parametrize("what", list(UNREADABLE_FILES))
+def test_any_file_is_a_config_error_naming_it(tmp_path: Path, what: str) -> None:
+    file = tmp_path / "config.toml"
+    file.write_bytes(UNREADABLE_FILES[what])
+    with pytest.raises(ConfigError) as err:
+        Config.load(file)
+    message = str(err.value)
+    assert str(file) in message
+    assert "\n" not in message and len(message) < 400, message
+
+
+def test_a_directory_or_an_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=f"config file {tmp_path} is not a regular file"):
+        Config.load(tmp_path)
+    inside = tmp_path / "file"
+    inside.write_text("")
+    with pytest.raises(ConfigError, match="cannot be read: Not a directory"):
+        Config.load(inside / "config.toml")  # a path through a file
+    if os.geteuid() != 0:  # root reads any file
+        locked = tmp_path / "locked.toml"
+        locked.write_text("[search]\nmax_results = 3\n")
+        locked.chmod(0)
+        with pytest.raises(ConfigError, match=f"{locked} cannot be read: Permission denied"):
+            Config.load(locked)
+
+
+def test_a_bad_value_says_where_it_came_from(tmp_path: Path) -> None:
+    file = tmp_path / "config.toml"
+    file.write_text("[search]\nmax_results = 0\n")
+    with pytest.raises(ConfigError, match=f"^{file}: search.max_results must be from 1 to 100"):
+        Config.load(file)
+    with pytest.raises(ConfigError, match="^MEMD_SEARCH_MAX_RESULTS: search.max_results must"):
+        Config.load(file, env={"MEMD_SEARCH_MAX_RESULTS": "500"})

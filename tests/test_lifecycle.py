@@ -41,8 +41,12 @@ def start(sock: Path, *extra: str, umask: int = -1) -> subprocess.Popen[str]:
 
 
 def exited(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    """The exit code and stderr of a memd that should stop by itself."""
-    return stop(proc) if proc.wait(20) is None else (proc.returncode, proc.communicate()[1])
+    """The exit code and stderr of a memd that should stop by itself (stopped if it does not)."""
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        return stop(proc)
+    return proc.returncode, proc.communicate()[1]
 
 
 def wait_ready(sock: Path, proc: subprocess.Popen[str], timeout: float = 20) -> None:
@@ -256,3 +260,83 @@ def test_sd_notify_ready_is_sent_when_the_socket_accepts(sock_dir: Path) -> None
     finally:
         listener.close()
         stop(proc)
+
+
+def _config_file(memd_home: Path) -> Path:
+    path = memd_home / "config" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.mark.parametrize(
+    "what", ["nested arrays", "integer of 5000 digits", "not UTF-8", "many workspaces"]
+)
+def test_a_config_memd_cannot_read_stops_the_start_with_one_line(
+    sock_dir: Path, memd_home: Path, what: str
+) -> None:
+    from .test_config import UNREADABLE_FILES
+
+    config = _config_file(memd_home)
+    config.write_bytes(UNREADABLE_FILES[what])
+    code, err = exited(start(sock_dir / "memd.sock"))
+    assert code == EXIT_STARTUP_FAILURE, err
+    assert "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    assert str(config) in line
+
+
+def test_a_config_directory_stops_the_start_with_one_line(sock_dir: Path, memd_home: Path) -> None:
+    _config_file(memd_home).mkdir()
+    code, err = exited(start(sock_dir / "memd.sock"))
+    assert code == EXIT_STARTUP_FAILURE
+    (line,) = err.strip().splitlines()
+    assert "is not a regular file" in line
+
+
+def test_a_reload_that_fails_keeps_the_daemon_and_its_configuration(
+    sock_dir: Path, memd_home: Path, tmp_path: Path
+) -> None:
+    """SIGHUP with a file nested deeper than the parser recurses used to kill the daemon."""
+    from .test_config import UNREADABLE_FILES
+
+    config = _config_file(memd_home)
+    config.write_text("[search]\nmax_results = 2\n")
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(5):
+        (ws / "memory" / f"topic-{i}.md").write_text(f"Orion staging note {i}.\n")
+    sock = sock_dir / "memd.sock"
+    log = tmp_path / "memd.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memd", "--log-level", "info", "run"],
+            env=dict(os.environ, MEMD_EMBEDDING_PROVIDER="fake", MEMD_SOCKET=str(sock)),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_ready(sock, proc)  # type: ignore[arg-type]
+        with memd_client.connect(sock) as c:
+            c.workspace_add(str(ws), name="ws")
+            c.reindex("ws")
+        failures = 0
+        for what, data in UNREADABLE_FILES.items():
+            config.write_bytes(data)
+            proc.send_signal(signal.SIGHUP)
+            failures += 1
+            deadline = time.monotonic() + 20
+            while log.read_text(errors="replace").count("config reload failed") < failures:
+                assert proc.poll() is None, f"memd died reloading {what}:\n{log.read_text()}"
+                assert time.monotonic() < deadline, f"no reload logged for {what}"
+                time.sleep(0.05)
+            with memd_client.connect(sock) as c:  # still serving, with the old max_results
+                hits = c.search("ws", "Orion staging note", min_score=0.0)["results"]
+                assert len(hits) == 2, what
+        text = log.read_text(errors="replace")
+        assert "Traceback" not in text
+        failed = [line for line in text.splitlines() if "config reload failed" in line]
+        assert len(failed) == len(UNREADABLE_FILES)
+        assert all(str(config) in line for line in failed), failed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == EXIT_OK
