@@ -9,6 +9,7 @@ loaded, and everything the supervisor does after that is real.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -22,6 +23,8 @@ from memd.embed.host import FAULT_ENV
 from memd.embed.process import ModeMemory, ProcessEmbedder, cpu_signature
 from memd.embed.select import choose_embedder
 from memd_client.errors import ProviderUnavailable
+
+from .gguf_fixture import damaged_copy
 
 MODEL = os.environ.get("MEMD_TEST_MODEL", "")
 needs_model = pytest.mark.skipif(
@@ -347,3 +350,108 @@ def test_a_query_stops_the_running_document_job_which_is_run_again(tmp_path: Pat
         assert inner.health()["restarts"] == restarts and inner.health()["state"] == "running"
     finally:
         wrapped.close()
+
+
+# -- damaged models ----------------------------------------------------------------------------
+
+
+def test_a_model_with_nan_scales_is_refused_at_load_and_the_chain_moves_on(
+    tmp_path: Path,
+) -> None:
+    """A GGUF whose weight scales are NaN loads in llama.cpp and embeds every text to NaN
+    (stored, after normalising, as all-zero vectors that match nothing): it is refused at
+    load, saying why, and the chain moves on as for a model that does not load."""
+    bad = damaged_copy(Path(MODEL), tmp_path / "nan-scales.gguf", math.nan)
+    e = ProcessEmbedder(bad, threads=2, memory=ModeMemory(tmp_path / "modes.json"))
+    try:
+        with pytest.raises(
+            ProviderUnavailable, match="nan-scales.gguf gives unusable vectors"
+        ) as err:
+            e.probe()
+        assert "non-finite values (NaN or infinity) in 4 of 4" in str(err.value)
+        assert e.health()["state"] == "failed" and e.restarts == 0, "a refusal is not a crash"
+    finally:
+        e.close()
+    choice = choose_embedder(
+        EmbeddingConfig(model_path=str(bad), fallback="fake", provider="local"),
+        env={},
+        state_dir=tmp_path,
+        probe=True,
+    )
+    assert choice.embedder is not None and choice.embedder.provider == "fake"
+    assert choice.skipped[0][0] == "local" and "non-finite" in choice.skipped[0][1]
+
+
+def test_a_model_that_gives_every_text_the_same_vector_is_refused(tmp_path: Path) -> None:
+    """Zeroed weight scales leave only the biases and position embeddings: finite vectors that
+    no longer depend on the text."""
+    flat = damaged_copy(Path(MODEL), tmp_path / "zero-scales.gguf", 0.0)
+    e = ProcessEmbedder(flat, threads=2, memory=ModeMemory(tmp_path / "modes.json"))
+    try:
+        with pytest.raises(ProviderUnavailable, match="different texts get the same vector"):
+            e.probe()
+    finally:
+        e.close()
+
+
+def test_nan_vectors_in_a_later_batch_keep_the_file_pending_and_say_why(tmp_path: Path) -> None:
+    """A model that embeds the probe texts well but one word to NaN (that word's row of the
+    token embeddings damaged), through a real daemon and its worker: the file holding the word
+    stays pending, never clean, status names the error, and the other file gets its vectors."""
+    import memd_client
+    from memd.config import Config
+
+    from .daemon_fixture import running_daemon, wait_for
+
+    bad = damaged_copy(Path(MODEL), tmp_path / "zebra.gguf", math.nan, tokens=("zebra",))
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nThe staging cluster is called Orion.\n")
+    (ws / "memory" / "2026-11-30.md").write_text("We saw a zebra at the zoo on Sunday.\n")
+    config = Config.load(embedding=EmbeddingConfig(provider="local", model_path=str(bad)))
+    with running_daemon(config, choose_embedder=True) as daemon:
+        with memd_client.connect(daemon.socket_path, timeout=30) as c:
+            c.workspace_add(ws, name="zoo")
+
+            def failed() -> dict | None:  # type: ignore[type-arg]
+                st = c.status("zoo")["workspaces"][0]
+                return st if st["file_errors"] and st["vectors"] >= 1 else None
+
+            st = wait_for(failed, "the damaged word's file to fail its embedding", timeout=60)
+            assert st["provider"]["active"] == "local", "the model passed its load check"
+            assert set(st["file_errors"]) == {"memory/2026-11-30.md"}
+            assert "non-finite" in st["file_errors"]["memory/2026-11-30.md"]
+            assert "non-finite" in (st["provider"]["last_error"] or "")
+            assert st["files_pending"] == 1 and st["dirty"]
+            assert st["vectors"] == 1 == st["chunks"] - 1  # MEMORY.md's chunk, nothing else
+            found = c.search("zoo", "zebra at the zoo")
+            assert found["results"][0]["path"] == "memory/2026-11-30.md"  # keyword rows serve
+            assert not found["freshness"]["fresh"] or found["freshness"]["unembedded_files"]
+            assert daemon.ready.is_set()
+
+
+def test_a_daemon_given_a_nan_model_says_so_and_searches_by_keyword(tmp_path: Path) -> None:
+    """The daemon that chose the damaged model stored zero vectors and called hybrid fine."""
+    import memd_client
+    from memd.config import Config
+
+    from .daemon_fixture import running_daemon, wait_for
+
+    bad = damaged_copy(Path(MODEL), tmp_path / "nan-scales.gguf", math.nan)
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nThe staging cluster is called Orion.\n")
+    config = Config.load(embedding=EmbeddingConfig(provider="local", model_path=str(bad)))
+    with running_daemon(config, choose_embedder=True) as daemon:
+        with memd_client.connect(daemon.socket_path, timeout=30) as c:
+            c.workspace_add(ws, name="nan")
+            st = wait_for(
+                lambda: (s := c.status("nan")["workspaces"][0])["files_indexed"] == 1 and s,
+                "the workspace to be indexed",
+            )
+            provider = st["provider"]
+            assert provider["active"] == "none" and st["vectors"] <= 0
+            reasons = {p["provider"]: p["reason"] for p in provider["skipped"]}
+            assert "nan-scales.gguf gives unusable vectors: non-finite" in reasons["local"]
+            found = c.search("nan", "what is the staging cluster called")
+            assert found["mode"] == "keyword" and found["results"][0]["path"] == "MEMORY.md"

@@ -316,6 +316,52 @@ def test_embedding_failure_keeps_file_pending_then_recovers(
         assert index.writer().integrity() == []
 
 
+def test_zero_vectors_from_a_provider_keep_the_file_pending_and_are_never_cached(
+    index: Index, workspace: Path, config: Config, cache: EmbeddingCache, write: WriteFile
+) -> None:
+    """A provider (here a real HTTP server in OpenAI's shape) that answers an all-zero vector
+    for a text, which matches nothing: the file stays pending with the reason, the vector is
+    never cached, and the other files get their vectors."""
+    from memd.config import EmbeddingConfig
+    from memd.embed.remote import create_remote
+
+    from .provider_server import FakeProvider, Seen
+
+    def reply(seen: Seen) -> tuple[int, dict[str, str], object]:
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": [0.0] * 4 if "poison" in t else [float(len(t)), 1.0, 0.0, 0.5],
+            }
+            for i, t in enumerate(seen.body["input"])
+        ]
+        return 200, {}, {"object": "list", "data": data}
+
+    server = FakeProvider()
+    server.responder = reply
+    try:
+        remote = create_remote(
+            "openai",
+            EmbeddingConfig(base_url=server.url + "/v1", dimensions=4),
+            {"OPENAI_API_KEY": "sk-test-" + "k" * 20},
+        )
+        syncer = Syncer(index, workspace, config=config.index, embedder=remote, cache=cache)
+        write("MEMORY.md", "The staging cluster is called Orion.\n")
+        write("memory/bad.md", "a poison line\n")
+        report = syncer.sync()
+        assert report.pending_files == 1
+        assert any("all zero" in why for _, why in report.errors)
+        with index.reader() as store:
+            bad = store.file("memory/bad.md")
+            assert bad is not None and bad.pending == 1 and "all zero" in (bad.error or "")
+            memory = store.file("MEMORY.md")
+            assert memory is not None and memory.pending == 0
+        assert cache.count() == 1  # MEMORY.md's one text; never a zero vector
+    finally:
+        server.close()
+
+
 def test_protection_rule_keeps_vectors_when_provider_disappears(
     syncer: Syncer,
     write: WriteFile,

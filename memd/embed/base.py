@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from memd.text import estimate_tokens
 
-__all__ = ["Embedder", "Kind", "Preempted", "Vectors", "normalize"]
+__all__ = ["BadVectors", "Embedder", "Kind", "Preempted", "Vectors", "check_vectors", "normalize"]
 
 Kind = Literal["document", "query"]
 Vectors = npt.NDArray[np.float32]
@@ -22,6 +22,11 @@ Vectors = npt.NDArray[np.float32]
 
 class Preempted(Exception):
     """A document job stopped part way so that a query could go first; it is run again."""
+
+
+class BadVectors(ValueError):
+    """An embedder returned vectors no search can use (NaN, infinite, all zero, wrong shape):
+    the texts count as not embedded, and the message says what was wrong."""
 
 
 class Embedder(ABC):
@@ -103,3 +108,23 @@ def normalize(matrix: npt.ArrayLike) -> Vectors:
     norms[norms == 0] = 1.0
     out: Vectors = (arr / norms).astype(np.float32, copy=False)
     return out
+
+
+def check_vectors(vectors: npt.ArrayLike, rows: int, dims: int) -> None:
+    """Raise BadVectors unless ``vectors`` is ``rows`` finite, non-zero rows of ``dims``.
+
+    :func:`normalize` turns NaN into 0 and leaves a zero row as it is, so a damaged model (NaN
+    scales in its GGUF) would otherwise store all-zero vectors that match nothing, silently.
+    """
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape != (rows, dims):
+        raise BadVectors(f"expected {rows} vector(s) of {dims} dims, got shape {arr.shape}")
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        raise BadVectors(
+            f"non-finite values (NaN or infinity) in {int((~finite).sum())} of {rows} vector(s)"
+        )
+    # Unit rows have norm 1; a zero (or nearly zero, before normalising) row carries no direction.
+    zero = np.linalg.norm(arr.astype(np.float64), axis=1) < 1e-6
+    if zero.any():
+        raise BadVectors(f"{int(zero.sum())} of {rows} vector(s) are all zero")

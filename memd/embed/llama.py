@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from memd.embed.base import Embedder, Kind, Vectors, normalize
+from memd.embed.base import BadVectors, Embedder, Kind, Vectors, check_vectors, normalize
 from memd.embed.gguf import GGUFError, read_metadata
 from memd_client.errors import ProviderUnavailable
 
@@ -58,6 +58,19 @@ _PREFIX_TABLE: tuple[tuple[str, Prefixes], ...] = (
     ("mxbai-embed", Prefixes("Represent this sentence for searching relevant passages: ", "")),
     ("arctic-embed", Prefixes("Represent this sentence for searching relevant passages: ", "")),
 )
+
+
+# Embedded once at load: a damaged file (NaN or zeroed scales) loads without complaint and
+# gives NaN or the same vector for every text. Pairs of the same length in tokens catch a model
+# whose output depends only on length (zeroed weights leave the position embeddings).
+PROBE_TEXTS = (
+    "The staging cluster was renamed to vega.",
+    "Alice prefers green tea in the morning.",
+    "Fix the flaky deploy script before Friday.",
+    "Quarterly revenue grew by twelve percent.",
+)
+# Cosine above which two different probe texts count as the same vector.
+SAME_VECTOR_COSINE = 0.9999
 
 
 def prefixes_for(meta: dict[str, object]) -> Prefixes:
@@ -164,6 +177,11 @@ class LlamaEmbedder(Embedder):
             )
         pooling: Any = llm.pooling_type()
         self._pool_none = int(pooling) == int(LLAMA_POOLING_TYPE_NONE)
+        try:
+            self._validate(llm)
+        except BaseException:
+            llm.close()
+            raise
         logger.info(
             "loaded %s (%d dims, %d tokens, %d threads%s)",
             self.path.name,
@@ -174,6 +192,32 @@ class LlamaEmbedder(Embedder):
         )
         self._llm = llm
         return llm
+
+    def _validate(self, llm: Any) -> None:
+        """Refuse a model whose vectors no search can use: embed PROBE_TEXTS and require
+        finite, non-zero rows of the declared dims that differ between different texts."""
+        prefix = self.prefixes.document
+        try:
+            raw = self._pooled(llm.embed([prefix + t for t in PROBE_TEXTS], normalize=False))
+            check_vectors(raw, len(PROBE_TEXTS), self.dims)
+        except (ValueError, RuntimeError) as exc:  # BadVectors is a ValueError
+            raise ProviderUnavailable(
+                f"local model {self.path.name} gives unusable vectors: {exc}"
+            ) from None
+        unit = normalize(raw)
+        cosines = unit @ unit.T
+        np.fill_diagonal(cosines, -1.0)
+        if float(cosines.max()) > SAME_VECTOR_COSINE:
+            raise ProviderUnavailable(
+                f"local model {self.path.name} gives unusable vectors: different texts get "
+                "the same vector"
+            )
+
+    def _pooled(self, out: Any) -> Vectors:
+        """llama.cpp's output as one row per text: per-token vectors (no pooling) mean-pooled."""
+        if self._pool_none:
+            out = [np.mean(np.asarray(tokens, dtype=np.float32), axis=0) for tokens in out]
+        return np.asarray(out, dtype=np.float32)
 
     def count_tokens(self, text: str) -> int:
         """Exact token count of ``text`` as a document, special tokens and prefix included."""
@@ -194,9 +238,13 @@ class LlamaEmbedder(Embedder):
             except ValueError as exc:
                 # truncate=False: an input longer than the context raises instead of being cut.
                 raise ProviderUnavailable(f"local model: {exc}") from None
-        if self._pool_none:  # per-token vectors: mean-pool them
-            out = [np.mean(np.asarray(tokens, dtype=np.float32), axis=0) for tokens in out]
-        return normalize(np.asarray(out, dtype=np.float32))
+        raw = self._pooled(out)
+        try:
+            # Before normalising, which would turn NaN into an all-zero row.
+            check_vectors(raw, len(inputs), self.dims)
+        except BadVectors as exc:
+            raise ProviderUnavailable(f"local model {self.path.name}: {exc}") from None
+        return normalize(raw)
 
     def allow_abort(self, callback: Callable[[], bool]) -> None:
         """Have llama.cpp ask ``callback`` between the steps of a decode; True stops the decode

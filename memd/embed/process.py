@@ -40,7 +40,7 @@ import msgpack
 import numpy as np
 
 from memd.atomicfile import write_atomic
-from memd.embed.base import Embedder, Kind, Preempted, Vectors
+from memd.embed.base import BadVectors, Embedder, Kind, Preempted, Vectors, check_vectors
 from memd.embed.host import HEADER, MAX_FRAME, pack_frame
 from memd.embed.llama import LlamaEmbedder
 from memd_client.errors import ProviderUnavailable
@@ -202,8 +202,16 @@ class ProcessEmbedder(Embedder):
             return np.zeros((0, self.dims), dtype=np.float32)
         deadline = self.timeout + self.per_text * len(texts)
         result = self._request({"op": "embed", "texts": list(texts), "kind": kind}, deadline)
-        vectors = np.frombuffer(result["data"], dtype=np.float32)
-        return vectors.reshape(int(result["rows"]), self.dims).copy()
+        flat = np.frombuffer(result["data"], dtype=np.float32)
+        rows = int(result["rows"])
+        try:
+            if flat.size != rows * self.dims:
+                raise BadVectors(f"{flat.size} values for {rows} vector(s) of {self.dims} dims")
+            vectors = flat.reshape(rows, self.dims).copy()
+            check_vectors(vectors, len(texts), self.dims)
+        except BadVectors as exc:
+            raise ProviderUnavailable(f"local model {self.path.name}: {exc}") from None
+        return vectors
 
     def count_tokens(self, text: str) -> int:
         return int(self._request({"op": "tokens", "text": text}, self.timeout))
@@ -277,7 +285,9 @@ class ProcessEmbedder(Embedder):
                     self._died(exc.cause)  # raises unless a safer mode is to be tried now
                     continue
                 if "error" in reply:
-                    raise ProviderUnavailable(f"local model: {reply['error']}")
+                    error = str(reply["error"])
+                    named = error.startswith("local model")
+                    raise ProviderUnavailable(error if named else f"local model: {error}")
                 if reply.get("preempted"):
                     raise Preempted()
                 if message["op"] == "embed":
@@ -313,7 +323,12 @@ class ProcessEmbedder(Embedder):
         reply = self._exchange(load, self.load_timeout)
         if "error" in reply:
             self._stop(graceful=True)
-            self._give_up(f"local model {self.path.name} failed to load: {reply['error']}")
+            error = str(reply["error"])
+            # The worker's own refusals already name the model (a damaged file, wrong dims).
+            named = error.startswith(f"local model {self.path.name}")
+            self._give_up(
+                error if named else f"local model {self.path.name} failed to load: {error}"
+            )
         self._loaded = self._proc
         logger.info(
             "local model worker %d started: %s (%s)", self._proc.pid, self.path.name, mode.label

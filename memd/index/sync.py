@@ -25,7 +25,7 @@ import apsw
 import numpy as np
 
 from memd.config import IndexConfig, SessionsConfig
-from memd.embed.base import Embedder, Vectors
+from memd.embed.base import Embedder, Vectors, check_vectors
 from memd.embed.worker import document_jobs
 from memd.index.cache import EmbeddingCache
 from memd.index.chunk import chunk_markdown, fit_to_model, vector_lines
@@ -674,6 +674,8 @@ def _tracked(act: Activity, progress: Progress | None) -> Progress:
 
     def track(phase: str, done: int, total: int) -> None:
         if phase == "scan":  # the embedding phase counts chunks too: _embed_pending tracks it
+            # Whatever the provider: a NaN or zero row is a failed embedding, never cached.
+            check_vectors(vectors, len(batch), e.dims)
             act.scanned(done, total)
         if progress is not None:
             progress(phase, done, total)
