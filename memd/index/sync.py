@@ -653,6 +653,8 @@ class Syncer:
         for start in range(0, len(items), e.batch_size):
             batch = items[start : start + e.batch_size]
             vectors = e.embed_batch([t for _, t in batch], kind="document")
+            # Whatever the provider: a NaN or zero row is a failed embedding, never cached.
+            check_vectors(vectors, len(batch), e.dims)
             fresh = {h: vectors[i] for i, (h, _) in enumerate(batch)}
             if self.cache is not None:
                 self.cache.put_many(e.settings_key, e.provider, e.model, fresh)
@@ -674,8 +676,6 @@ def _tracked(act: Activity, progress: Progress | None) -> Progress:
 
     def track(phase: str, done: int, total: int) -> None:
         if phase == "scan":  # the embedding phase counts chunks too: _embed_pending tracks it
-            # Whatever the provider: a NaN or zero row is a failed embedding, never cached.
-            check_vectors(vectors, len(batch), e.dims)
             act.scanned(done, total)
         if progress is not None:
             progress(phase, done, total)
