@@ -1,5 +1,11 @@
 """The recall store's lock protocol: an in-process lock per path in front of an ``O_EXCL`` lock file
-holding ``pid:epochMs``, stolen only when stale and its holder is provably gone."""
+holding ``pid:epochMs:startTime``, broken as soon as its holder is provably gone.
+
+OpenClaw writes ``pid:epochMs`` and steals a lock only once it is 60 s old; memd reads both
+forms but does not wait for the age: a lock whose process is dead (or whose pid now belongs to
+a process started after the lock was taken) has no holder, and waiting for it would turn every
+dream and promotion after a crash into BUSY for a minute. Only a lock that names no process
+(being written, or garbage) waits for LOCK_STALE_S."""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from memd_client.errors import Busy
 
@@ -40,25 +48,59 @@ def _path_lock(path: Path) -> _PathLock:
         return _THREAD_LOCKS.setdefault(path, _PathLock())
 
 
-def _lock_holder_alive(lock_path: Path) -> bool:
-    """Read the ``pid:epochMs`` of a stale lock; only a provably gone pid counts as dead."""
+# How far two readings of one process's start time may differ (psutil derives it from the
+# boot time, which the kernel recomputes when the clock is set).
+START_TIME_SLACK_S = 2.0
+
+
+def _holder(lock_path: Path) -> tuple[int, float, float | None] | None:
+    """(pid, epoch seconds, process start time or None) a lock file names; None when it names
+    no process (being written just now, or garbage)."""
     try:
         text = lock_path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return True  # released meanwhile: nothing to steal, just retry
+    except OSError:
+        return None
+    parts = text.strip().split(":")
     try:
-        pid = int(text.strip().split(":", 1)[0])
+        pid = int(parts[0])
+        taken = int(parts[1]) / 1000 if len(parts) > 1 else 0.0
+        started = float(parts[2]) if len(parts) > 2 else None
     except ValueError:
-        return False
-    if pid <= 0:
-        return False  # kill(0 or -n) would signal a process group: never a valid holder
+        return None
+    if not 0 < pid < 2**31:  # kill(0 or -n) would signal a group; no pid is larger
+        return None
+    return pid, taken, started
+
+
+def _holder_alive(pid: int, taken: float, started: float | None) -> bool:
+    """Whether the process that took the lock still runs. A dead pid, a zombie, or a pid
+    reused by a process that started after the lock was taken (or at another time than the
+    holder recorded) is no holder; a process memd may not inspect counts as alive."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
-        return True  # EPERM and anything else: alive, as OpenClaw does
-    return True
+        pass  # EPERM: another user's process; psutil may still read its start time
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False  # killed, not yet reaped: it holds nothing
+        now_started = process.create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # AccessDenied: as OpenClaw does, a process we cannot see is alive
+    if started is not None:
+        return abs(now_started - started) <= START_TIME_SLACK_S
+    return not (taken and now_started > taken + START_TIME_SLACK_S)
+
+
+def _own_start_time() -> float:
+    try:
+        return psutil.Process().create_time()
+    except psutil.Error:  # pragma: no cover - our own process is always readable
+        return 0.0
 
 
 @contextlib.contextmanager
@@ -96,21 +138,28 @@ def _acquire_file_lock(lock_path: Path) -> None:
             time.sleep(LOCK_RETRY_S)
             continue
         try:
-            os.write(fd, f"{os.getpid()}:{int(time.time() * 1000)}\n".encode())
+            line = f"{os.getpid()}:{int(time.time() * 1000)}:{_own_start_time():.3f}\n"
+            os.write(fd, line.encode())
         finally:
             os.close(fd)
         return
 
 
 def _steal_if_stale(lock_path: Path) -> bool:
-    """Unlink a lock older than LOCK_STALE_S whose holder is provably gone; True if unlinked."""
-    try:
-        age = time.time() - lock_path.stat().st_mtime
-    except FileNotFoundError:
-        return True  # released between our open and stat: retry at once
-    if age <= LOCK_STALE_S or _lock_holder_alive(lock_path):
-        return False
-    logger.warning("removing stale recall-store lock %s", lock_path)
+    """Unlink a lock whose holder is provably gone, or one naming no process that is older
+    than LOCK_STALE_S; True if it was unlinked (or is gone already)."""
+    holder = _holder(lock_path)
+    if holder is not None:
+        if _holder_alive(*holder):
+            return False
+    else:
+        try:
+            age = time.time() - lock_path.stat().st_mtime
+        except FileNotFoundError:
+            return True  # released between our open and stat: retry at once
+        if age <= LOCK_STALE_S:
+            return False  # being written just now, most likely
+    logger.warning("removing the recall-store lock %s: its holder is gone", lock_path)
     with contextlib.suppress(FileNotFoundError):
         lock_path.unlink()
     return True
