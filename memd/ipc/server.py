@@ -1,7 +1,9 @@
 """The Unix-socket listener: private directory, stale-socket check, peer uid, one thread per client.
 
 Bad input costs only its own connection: a malformed or oversized message, or one that dribbles
-in slower than the frame deadline, closes that connection and nothing else.
+in slower than the frame deadline, closes that connection and nothing else. A client that does
+not read its replies stops being served and is closed (memd/ipc/outbox.py), and a new client
+that finds every slot taken gets the slot of such a client.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import msgpack
 
+from memd.ipc.outbox import Outbox, Outgoing, Shed
 from memd_client.errors import Busy, Code, to_wire
 from memd_client.protocol import (
     MAX_REQUEST_BYTES,
@@ -38,14 +41,18 @@ __all__ = ["AlreadyRunning", "Server", "StartupError", "peer_uid"]
 
 logger = logging.getLogger(__name__)
 
-# A client over the connection limit gets BUSY in reply to its first request, read for at most
-# this long, by at most this many threads at once.
+# A client over the connection limit waits this long for a slot (one freed, or one taken from a
+# client that does not read its replies), then gets BUSY in reply to its first request; at most
+# this many threads do this at once.
 BUSY_READ_SECONDS = 2.0
 BUSY_THREADS = 16
 # With this share of the limit in use, connections idle for CROWDED_IDLE_SECONDS are closed
 # (otherwise after idle_timeout), so forgotten clients do not hold the slots new ones need.
 CROWDED_SHARE = 0.75
 CROWDED_IDLE_SECONDS = 30.0
+# Connections the kernel queues until the accept loop takes them: a burst of clients (hundreds
+# of agents starting at once) past a full queue is refused at once (EAGAIN), however idle memd.
+LISTEN_BACKLOG = 1024
 
 
 class StartupError(Exception):
@@ -96,6 +103,7 @@ class Server:
         max_connections: int = 256,
         frame_timeout: float = 10.0,
         idle_timeout: float = 600.0,
+        write_timeout: float = 30.0,
         on_count: Callable[[int], None] | None = None,
     ) -> None:
         self.path = path
@@ -114,6 +122,7 @@ class Server:
         self.closed_bad = 0
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
         self._busy_slots = threading.BoundedSemaphore(BUSY_THREADS)
+        self.outbox = Outbox(write_timeout=write_timeout)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -153,7 +162,7 @@ class Server:
         os.chmod(self.path, 0o600)
         st = os.lstat(self.path)
         self._bound = (st.st_dev, st.st_ino)
-        sock.listen(128)
+        sock.listen(min(socket.SOMAXCONN, LISTEN_BACKLOG))
         sock.settimeout(0.25)
         self._sock = sock
 
@@ -221,31 +230,54 @@ class Server:
                 logger.warning("refused a connection from uid %d", uid)
                 conn.close()
                 continue
-            with self._lock:
-                full = len(self._clients) >= self.max_connections
-            if full:
+            if not self._has_slot():
                 self._turn_away(conn)
                 continue
             thread = threading.Thread(
                 target=self._serve, args=(conn,), name="memd-conn", daemon=True
             )
-            with self._lock:
-                self._clients[conn.fileno()] = (conn, thread)
-                count = len(self._clients)
-            if self.on_count:
-                self.on_count(count)
+            self._admit(conn, thread)
             thread.start()
 
+    def _has_slot(self) -> bool:
+        """Whether a new client may be served now: a slot is free, or one was taken from a
+        client that does not read its replies (its thread is ending)."""
+        with self._lock:
+            if len(self._clients) < self.max_connections:
+                return True
+        return self.outbox.shed_stalled()
+
+    def _admit(self, conn: socket.socket, thread: threading.Thread) -> None:
+        with self._lock:
+            self._clients[conn.fileno()] = (conn, thread)
+            count = len(self._clients)
+        if self.on_count:
+            self.on_count(count)
+
     def _turn_away(self, conn: socket.socket) -> None:
-        """Answer a client over the connection limit with BUSY, as the reply to its own first
-        request (a reply with a msgid it never sent reads as a broken connection), then close.
-        A few threads do this at most; past them the connection is closed unanswered."""
+        """Serve a client over the connection limit as soon as a slot is free or taken from a
+        client that does not read, within BUSY_READ_SECONDS; else answer it BUSY, as the reply
+        to its own first request (a reply with a msgid it never sent reads as a broken
+        connection), then close. A few threads do this at most; past them the connection is
+        closed unanswered."""
         if not self._busy_slots.acquire(blocking=False):
             conn.close()
             return
 
         def answer() -> None:
+            admitted = False
             try:
+                deadline = time.monotonic() + BUSY_READ_SECONDS
+                while time.monotonic() < deadline and not self._stopping.is_set():
+                    if self._has_slot():
+                        admitted = True
+                        break
+                    time.sleep(0.05)
+                if admitted:
+                    self._admit(conn, threading.current_thread())
+                    self._busy_slots.release()
+                    self._serve(conn)
+                    return
                 conn.settimeout(BUSY_READ_SECONDS)
                 unpacker = make_unpacker(MAX_REQUEST_BYTES)
                 deadline = time.monotonic() + BUSY_READ_SECONDS
@@ -265,8 +297,9 @@ class Server:
             except (OSError, ValueError, ProtocolError, msgpack.UnpackException):
                 return
             finally:
-                conn.close()
-                self._busy_slots.release()
+                if not admitted:
+                    conn.close()
+                    self._busy_slots.release()
 
         threading.Thread(target=answer, name="memd-busy", daemon=True).start()
 
@@ -280,13 +313,17 @@ class Server:
 
     def _serve(self, conn: socket.socket) -> None:
         key = conn.fileno()
+        out = self.outbox.open(conn)
         try:
-            self._conversation(conn)
+            self._conversation(conn, out)
+        except Shed as exc:
+            logger.info("closing a connection: %s", exc)
         except OSError:
-            pass  # the peer went away
+            pass  # the peer went away (or was shut down to make room)
         except Exception:
             logger.exception("connection handler failed")
         finally:
+            self.outbox.close(out)
             with self._lock:
                 self._clients.pop(key, None)
                 count = len(self._clients)
@@ -294,7 +331,7 @@ class Server:
                 self.on_count(count)
             conn.close()
 
-    def _conversation(self, conn: socket.socket) -> None:
+    def _conversation(self, conn: socket.socket, out: Outgoing) -> None:
         conn.settimeout(0.5)
         unpacker = make_unpacker(MAX_REQUEST_BYTES)
         state: dict[str, Any] = {}  # what this connection told us about itself (hello)
@@ -322,8 +359,10 @@ class Server:
                     complete = unpacker.tell()
                     message = parse(obj)
                     if isinstance(message, Request):
-                        conn.settimeout(None)
-                        conn.sendall(self._respond(message, state))
+                        # Its requests wait while the replies of all are over the budget, and
+                        # while its own reply waits for it to read (send() returns then).
+                        self.outbox.wait_for_room(out, self._stopping.is_set)
+                        self.outbox.send(out, self._respond(message, state), self._stopping.is_set)
                         conn.settimeout(0.5)
                     elif isinstance(message, Notification):
                         continue  # none are defined yet; ignored as msgpack-RPC allows
