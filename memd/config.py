@@ -67,6 +67,8 @@ class IndexConfig:
     # False (the default): a plain table, searched through an in-memory sketch of every vector
     # (memd/index/sketch.py; 15 ms at 100,000 chunks, the same top ten).
     sqlite_vec: bool = False
+    # Index DREAMS.md, the dream diary (it is written for people to read, not to be searched).
+    diary: bool = False
 
     def validate(self) -> None:
         _check(1 <= self.chunk_tokens <= 8192, "index.chunk_tokens", "must be from 1 to 8192")
