@@ -46,12 +46,13 @@ from memd.freshness import freshness
 from memd.index.cache import cached_vectors
 from memd.indexer import URGENT, Indexer
 from memd.markdown.context import DEFAULT_CONTEXT_CHARS, session_context
+from memd.markdown.identity import Longterm
 from memd.markdown.read import MemoryPath
 from memd.once import Once
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.redact import redact as redact_text
 from memd.registry import Workspace, save_registry
-from memd.scopes import ANONYMOUS, Caller, allowed_sources, is_longterm
+from memd.scopes import ANONYMOUS, Caller, allowed_sources
 from memd.service import MemoryService
 from memd.sessions.transcript import list_transcripts, render
 from memd.text import first_control
@@ -268,8 +269,13 @@ class Api:
                 mmr=bool_param(params, "mmr"),
                 sources=tuple(sources),
             )
+            # Long-term memory by what each file is, not its name: a hard link or a bind mount
+            # of MEMORY.md is MEMORY.md.
+            longterm = Longterm(ws.root) if no_longterm else None
             results = [
-                h.to_dict() for h in outcome.results if not (no_longterm and is_longterm(h.path))
+                h.to_dict()
+                for h in outcome.results
+                if not (longterm is not None and longterm.holds(h.path))
             ][:max_results]
         memory_hits = [r for r in results if r["source"] == "memory"]
         if self.recorder is not None and self.service.config.dreaming.record_recalls:

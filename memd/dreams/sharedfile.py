@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memd.atomicfile import append_whole, fsync, fsync_dir
+from memd.markdown.modes import open_append
 from memd_client.errors import PathRefused
 
 __all__ = ["Snapshot", "append_text", "snapshot", "snapshot_bytes", "swap_in"]
@@ -83,7 +84,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def append_text(path: Path, body: str, *, header: str = "", nl: str = "\n") -> None:
     """Append ``body`` with one write on an O_APPEND fd: appends cannot clobber a concurrent editor."""
-    fd = _open_nofollow(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    fd = open_append(path)  # created with the mode its folder gives, as the user's own files
     try:
         size = os.fstat(fd).st_size
         if size == 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 from memd.atomicfile import append_whole
 from memd.flush import daily_log
+from memd.markdown.modes import create_file_at, make_folder_at
 from memd_client.errors import BadRequest, PathRefused
 
 __all__ = ["Appended", "MAX_APPEND_CHARS", "append_daily", "today"]
@@ -40,9 +42,11 @@ def append_daily(
 
     The entry goes out in one ``write`` on an ``O_APPEND`` descriptor (so a concurrent writer can
     never be overwritten), preceded by a newline when the file does not end with one, then
-    fsynced. Symlinks are refused for the folder and the file alike. A write the disk refuses
-    (full, read-only, I/O error) is undone, leaving the file as it was, and raised as PathRefused
-    naming the cause.
+    fsynced. Only a regular file with one name, reached from the workspace folder without a
+    symlink, is written: symlinks and hard links are refused (PathRefused says which). What is
+    created gets the modes its folder gives (:mod:`memd.markdown.modes`). A write the disk
+    refuses (full, read-only, I/O error) is undone, leaving the file as it was, and raised as
+    PathRefused naming the cause.
     """
     if not isinstance(text, str):
         raise BadRequest("text must be a string")
@@ -55,28 +59,40 @@ def append_daily(
         raise BadRequest("text contains a NUL byte")
     day = day or today(timezone)
     rel = daily_log(day)
-    folder = root / "memory"
+    root_fd = _open_root(root)
     try:
-        st = os.lstat(folder)
-        if not stat.S_ISDIR(st.st_mode):
-            raise PathRefused("memory/ is not a directory (a symlink or a file)")
-    except FileNotFoundError:
         try:
-            folder.mkdir(mode=0o755)
+            folder_fd = make_folder_at(root_fd, "memory")
+        except NotADirectoryError:
+            raise PathRefused("memory/ is not a directory (a symlink or a file)") from None
         except OSError as exc:
             raise PathRefused(f"cannot create memory/: {exc.strerror}") from None
-    target = folder / f"{day.isoformat()}.md"
-    fd, created = _open_log(target, rel)
+    finally:
+        os.close(root_fd)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PathRefused(f"{rel} is not a regular file")
+        return _append_in(folder_fd, f"{day.isoformat()}.md", rel, body)
+    finally:
+        os.close(folder_fd)
+
+
+def _open_root(root: Path) -> int:
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PathRefused(f"cannot open the workspace folder: {exc.strerror}") from None
+
+
+def _append_in(folder_fd: int, name: str, rel: str, body: str) -> Appended:
+    fd, created = _open_log(folder_fd, name, rel)
+    try:
+        _check_target(os.fstat(fd), rel)
         existing_lines, ends_with_newline, size = _line_count(fd)
         prefix = "" if ends_with_newline else "\n"
         data = (prefix + body + "\n").encode("utf-8")
         try:
             append_whole(fd, data, size)
         except OSError as exc:
-            _remove_if_created(fd, target, created)
+            _remove_if_created(fd, folder_fd, name, created)
             raise PathRefused(f"cannot append to {rel}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
@@ -84,28 +100,43 @@ def append_daily(
     return Appended(rel, start, start + body.count("\n"))
 
 
-def _open_log(path: Path, rel: str) -> tuple[int, bool]:
-    """Open the daily log to append to (and to count its lines); True when this call created it."""
+def _check_target(st: os.stat_result, rel: str) -> None:
+    """Refuse to append to anything but a regular file with one name: a hard link would carry
+    the entry into another file (MEMORY.md, or one outside the workspace)."""
+    if not stat.S_ISREG(st.st_mode):
+        raise PathRefused(f"{rel} is not a regular file")
+    if st.st_nlink != 1:
+        raise PathRefused(
+            f"{rel} has {st.st_nlink} hard links: an append would change the other files too "
+            "(memd appends only to a file with one name; copy it to undo the link)"
+        )
+
+
+def _open_log(folder_fd: int, name: str, rel: str) -> tuple[int, bool]:
+    """Open the daily log to append to (and to count its lines); True when this call created
+    it (with the mode its folder gives). Never through a symlink."""
     flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         try:
-            return os.open(path, flags), False
+            return os.open(name, flags, dir_fd=folder_fd), False
         except FileNotFoundError:
             pass
         try:
-            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+            return create_file_at(folder_fd, name, flags), True
         except FileExistsError:  # someone else created it just now
-            return os.open(path, flags), False
+            return os.open(name, flags, dir_fd=folder_fd), False
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PathRefused(f"{rel} is a symlink; memd does not append through it") from None
         raise PathRefused(f"cannot append to {rel}: {exc.strerror}") from None
 
 
-def _remove_if_created(fd: int, path: Path, created: bool) -> None:
+def _remove_if_created(fd: int, folder_fd: int, name: str, created: bool) -> None:
     """After a failed append (already cut back): remove the file if this append created it."""
     with contextlib.suppress(OSError):
         st = os.fstat(fd)
-        if created and st.st_size == 0 and os.lstat(path).st_ino == st.st_ino:
-            os.unlink(path)
+        if created and st.st_size == 0 and os.lstat(name, dir_fd=folder_fd).st_ino == st.st_ino:
+            os.unlink(name, dir_fd=folder_fd)
 
 
 def _line_count(fd: int) -> tuple[int, bool, int]:

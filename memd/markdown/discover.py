@@ -3,6 +3,7 @@ rules shared with the file watcher, and the evergreen/daily/topic/extra classifi
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import fnmatch
@@ -14,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from memd.markdown.identity import FileId, Longterm, file_id
 
 __all__ = [
     "IGNORED_DIRS",
@@ -164,7 +167,13 @@ def memory_file(
         return "rescan", None
     if ".." in parts or "" in parts or is_ignored(rel):
         return "gone", None
+    if _undecodable(rel):
+        return "rescan", None  # discover() reports it as skipped
     path = os.path.abspath(root)
+    try:
+        above = {file_id(os.stat(path))}
+    except OSError:
+        return "rescan", None
     for part in parts:  # symlinks anywhere on the way are skipped by discover(), so here too
         path = os.path.join(path, part)
         try:
@@ -173,8 +182,16 @@ def memory_file(
             return "gone", None
         if stat.S_ISLNK(st.st_mode):
             return "gone", None
+        if stat.S_ISDIR(st.st_mode):
+            if file_id(st) in above:  # a folder mounted inside itself: discover() skips it
+                return "gone", None
+            above.add(file_id(st))
     if not stat.S_ISREG(st.st_mode):
         return "gone", None
+    if st.st_nlink > 1:
+        return "rescan", None  # another name of the same file: discover() picks the one indexed
+    if rel not in _EVERGREEN and Longterm(Path(root)).holds_id(file_id(st)):
+        return "gone", None  # MEMORY.md under another name (a bind mount): indexed as MEMORY.md
     if st.st_size > max_file_bytes:
         return "rescan", None
     kind, day = classify(rel)
@@ -208,16 +225,19 @@ def discover(
     scan.root_files()
     for extra in resolve_extra_paths(root, extra_paths):
         scan.extra(extra)
-    seen: set[str] = set()
+    # One file is indexed once, under one name, whatever links or mounts give it others:
+    # MEMORY.md (DREAMS.md) first, so a second name of long-term memory never becomes a
+    # daily log or a topic file in the index; otherwise the first name in order.
+    longterm = Longterm(scan.root)
+    seen: set[FileId] = set()
     files: list[SourceFile] = []
-    for f in scan.found:
-        try:
-            key = os.path.realpath(f.abs)
-        except OSError:  # pragma: no cover - realpath(strict=False) rarely raises
-            key = str(f.abs)
-        if key not in seen:
-            seen.add(key)
-            files.append(f)
+    for f, fid in sorted(scan.found, key=lambda x: (x[0].kind != "evergreen", x[0].rel)):
+        if fid in seen or (f.kind != "evergreen" and longterm.holds_id(fid)):
+            logger.debug("%s is the same file as one indexed already; not indexed twice", f.rel)
+            continue
+        if fid[1]:  # a filesystem without inode numbers tells files apart by name only
+            seen.add(fid)
+        files.append(f)
     files.sort(key=lambda f: f.rel)
     return Discovery(files=files, skipped=sorted(set(scan.skipped)), complete=scan.complete)
 
@@ -228,9 +248,15 @@ class _Scan:
     def __init__(self, root: Path, max_file_bytes: int) -> None:
         self.root = root
         self.max_file_bytes = max_file_bytes
-        self.found: list[SourceFile] = []
+        self.found: list[tuple[SourceFile, FileId]] = []
         self.skipped: list[tuple[str, str]] = []
         self.complete = True
+        # Directories walked, by what they are: a bind mount of the workspace (or of a folder
+        # walked already) inside itself is not walked again.
+        self.walked: set[FileId] = set()
+        self.root_id: FileId | None = None
+        with contextlib.suppress(OSError):
+            self.root_id = file_id(os.stat(root))
 
     def rel(self, path: str) -> str:
         return os.path.relpath(path, self.root).replace(os.sep, "/")
@@ -267,14 +293,39 @@ class _Scan:
         """Walk a real directory without following symlinks; ignore rules apply below ``top``."""
         stack = [top]
         while stack:
-            entries = self.list_dir(stack.pop())
-            for entry in entries or ():
+            path = stack.pop()
+            if not self.first_visit(path, top):
+                continue
+            for entry in self.list_dir(path) or ():
                 if entry.is_symlink() or is_ignored(entry.name):
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
+                    if _undecodable(entry.name):
+                        self.skip_name(entry.path + "/", "a folder")
+                    else:
+                        stack.append(entry.path)
                 elif entry.name.endswith(".md") and entry.is_file(follow_symlinks=False):
                     self.take(entry.path, _entry_stat(entry))
+
+    def first_visit(self, path: str, top: str) -> bool:
+        """False for a directory walked already under another name, or the workspace itself
+        below ``top`` (bind mounts of them)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return True  # list_dir says what is wrong with it
+        fid = file_id(st)
+        if fid[1] and (fid in self.walked or (fid == self.root_id and path != top)):
+            logger.debug("%s is a folder walked already (a bind mount?); not walked again", path)
+            return False
+        self.walked.add(fid)
+        return True
+
+    def skip_name(self, path: str, what: str) -> None:
+        shown = _shown(self.rel(path)) + ("/" if path.endswith("/") else "")
+        self.skipped.append(
+            (shown, f"{what} whose name is not valid UTF-8: rename it to have it indexed")
+        )
 
     def list_dir(self, path: str) -> list[os.DirEntry[str]] | None:
         try:
@@ -296,6 +347,9 @@ class _Scan:
         rel = self.rel(path)
         if st is None:  # vanished between listing and stat
             return
+        if _undecodable(rel):  # the index, the wire and every reply hold UTF-8 text only
+            self.skip_name(path, "a file")
+            return
         if isinstance(st, OSError):
             self.skipped.append((rel, f"cannot stat: {st.strerror}"))
             return
@@ -309,7 +363,23 @@ class _Scan:
             self.skipped.append((rel, "unreadable: permission denied"))
             return
         kind, day = classify(rel)
-        self.found.append(SourceFile(rel, Path(path), st.st_size, st.st_mtime_ns, kind, day))
+        found = SourceFile(rel, Path(path), st.st_size, st.st_mtime_ns, kind, day)
+        self.found.append((found, file_id(st)))
+
+
+def _undecodable(name: str) -> bool:
+    """Say whether a name read from the filesystem is not valid UTF-8 (Python holds the bytes
+    that are not as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _shown(name: str) -> str:
+    """A name that is not valid UTF-8, printable: its stray bytes as \\xNN."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _entry_stat(entry: os.DirEntry[str]) -> os.stat_result | OSError | None:

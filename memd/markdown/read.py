@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from memd.markdown.discover import resolve_extra_paths
+from memd.markdown.identity import FileId, Longterm, file_id
 from memd.markdown.lines import read_window
 from memd.text import first_control
 from memd_client.errors import BadRequest, PathRefused
@@ -59,20 +60,24 @@ class MemoryPath:
     real: str  # the symlink-free path that will be opened
     container: str  # symlink-free directory the open walks down from
     parts: tuple[str, ...]  # components below container
-    # The workspace's long-term memory (MEMORY.md, DREAMS.md), by the name asked for or the file a
-    # symlink or another spelling leads to; compared without case, as on macOS volumes.
+    # The workspace's long-term memory (MEMORY.md, DREAMS.md), by the name asked for, the path a
+    # symlink or another spelling leads to (compared without case, as on macOS volumes), or what
+    # the file is: a hard link or a bind mount of MEMORY.md is MEMORY.md.
     longterm: bool = False
+    # What the file was when the decision was made (None: missing); the open must find it again.
+    ident: FileId | None = None
 
 
 _Target = MemoryPath
 
 
-def _is_longterm(root_real: str, rel: str, real: str) -> bool:
-    """MEMORY.md, or DREAMS.md (the dream diary quotes MEMORY.md), by name or by target."""
-    return any(
+def _is_longterm(root: Path, root_real: str, rel: str, real: str, ident: FileId | None) -> bool:
+    """MEMORY.md, or DREAMS.md (the dream diary quotes MEMORY.md), by name, target or identity."""
+    by_path = any(
         rel.lower() == name or real.lower() == os.path.join(root_real, name).lower()
         for name in ("memory.md", "dreams.md")
     )
+    return by_path or Longterm(root).holds_id(ident)
 
 
 def _refuse(reason: str) -> PathRefused:
@@ -185,7 +190,18 @@ def _resolve(root: Path, path: object, extra_paths: Sequence[str]) -> _Target:
             raise _refuse("leads through a symlink to a file that is not a memory file")
         raise _refuse("leads outside the workspace through a symlink")
     below = os.path.relpath(real, container).split("/")
-    return MemoryPath(rel, real, container, tuple(below), _is_longterm(root_real, rel, real))
+    ident = _ident(real)
+    longterm = _is_longterm(root, root_real, rel, real, ident)
+    return MemoryPath(rel, real, container, tuple(below), longterm, ident)
+
+
+def _ident(real: str) -> FileId | None:
+    try:
+        return file_id(os.stat(real))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise _open_error(exc) from None
 
 
 def _realpath(path: str) -> str:
@@ -296,11 +312,8 @@ def read_located(t: MemoryPath, from_line: int, lines: int, max_chars: int) -> G
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _refuse("not a regular file")
-        try:
-            now = os.stat(t.real)
-        except FileNotFoundError:
-            return empty
-        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        # The access decision was made on what the file was then: read only that file.
+        if t.ident is None or file_id(st) != t.ident:
             raise _refuse("the file changed while it was being opened; retry")
         f = os.fdopen(fd, "rb")
     except BaseException:

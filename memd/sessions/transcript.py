@@ -30,8 +30,10 @@ logger = logging.getLogger(__name__)
 
 DREAMING_PREFIX = "dreaming-narrative-"
 _DREAMING_PROMPT = "Write a dream diary entry from these memory fragments"
-_LIVE = re.compile(r"[^/]+\.jsonl")
-_ARCHIVED = re.compile(r"[^/]+\.jsonl\.(?:reset|deleted)\.[^/]+")
+# A name that is not valid UTF-8 (its stray bytes read as lone surrogates) is no transcript's:
+# the index and every reply hold UTF-8 text only, and one such name would stop the whole sync.
+_LIVE = re.compile(r"[^/\ud800-\udfff]+\.jsonl")
+_ARCHIVED = re.compile(r"[^/\ud800-\udfff]+\.jsonl\.(?:reset|deleted)\.[^/\ud800-\udfff]+")
 _WS = re.compile(r"\s+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LABELS = {"user": "User", "assistant": "Assistant"}
