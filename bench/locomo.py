@@ -8,7 +8,11 @@ vector and hybrid search, each with MMR or temporal decay where it says so, all 
 daemon with the embedding model, and keyword search from a second daemon without any embedder.
 
     python bench/locomo.py [--variants hybrid,keyword,...] [--embedder local|fake] [--model GGUF]
-                           [--home DIR] [--json OUT]
+                           [--home DIR] [--json OUT] [--dream] [--env KEY=VALUE ...]
+
+``--dream`` first runs dreaming (Light, REM, Deep, with apply) over each workspace as the night
+after its last note would, so MEMORY.md gains its promotions and DREAMS.md its entry, then
+searches; ``--env`` passes settings to the daemons (``MEMD_INDEX_DIARY=true``, say).
 
 The workspaces are copied into the MEMD_HOME (the daemon writes next to them; the shared data
 stays untouched), and each daemon gets a MEMD_HOME of its own under it (`daemon-local`,
@@ -110,6 +114,28 @@ def copy_workspaces(data: Path, dest: Path, convs: Iterable[str]) -> dict[str, P
     return roots
 
 
+def dream(root: Path, folder: Path) -> dict[str, int]:
+    """Dream over ``root`` with apply, at 03:00 UTC the day after its last daily note; what
+    it wrote (and what an earlier run left) starts from the data set's files each time."""
+    from datetime import UTC, datetime, timedelta
+
+    from memd.dreams.dream import DreamOptions, run_dream
+
+    (root / "DREAMS.md").unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    days = sorted(p.stem[:10] for p in (root / "memory").glob("????-??-??*.md"))
+    night = datetime.fromisoformat(days[-1]).replace(tzinfo=UTC) + timedelta(days=1, hours=3)
+    run = run_dream(
+        root, DreamOptions(apply=True, timezone="UTC"), clock=lambda: night, folder=folder
+    )
+    return {
+        "staged": len(run["light"]["staged"]),
+        "truths": len(run["rem"]["truths"]),
+        "promoted": len(run["deep"]["applied"]),
+        "diary_chars": len((root / "DREAMS.md").read_text()),
+    }
+
+
 def workspace_name(conv: str) -> str:
     return f"locomo-{conv}"
 
@@ -149,13 +175,13 @@ def serve(
     qrels: Sequence[dict[str, Any]],
     variants: Sequence[Variant],
     runs_dir: Path,
+    extra_env: dict[str, str],
 ) -> tuple[dict[str, Any], list[Run]]:
     """Start a daemon with ``provider``, index the workspaces, ask every variant's questions."""
     home.mkdir(parents=True, exist_ok=True)
     code = code_state()
-    proc = start_daemon(
-        home, sock, provider, model, extra_env={"MEMD_DREAMING_RECORD_RECALLS": "false"}
-    )
+    env = {"MEMD_DREAMING_RECORD_RECALLS": "false", **extra_env}
+    proc = start_daemon(home, sock, provider, model, extra_env=env)
     try:
         with memd_client.connect(sock) as c:  # reindex below waits as long as indexing takes
             t = time.perf_counter()
@@ -281,7 +307,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
     ap.add_argument("--home", default="", help="MEMD_HOME to keep and reuse (indexes, cache)")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "locomo.json"))
+    ap.add_argument("--dream", action="store_true", help="dream over each workspace first")
+    ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the daemons")
     args = ap.parse_args(argv)
+    extra_env = dict(item.split("=", 1) for item in args.env)
 
     known = {v.name: v for v in VARIANTS}
     wanted = [name.strip() for name in args.variants.split(",") if name.strip()]
@@ -297,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = home / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     roots = copy_workspaces(data, home / "workspaces", convs)
+    if args.dream:
+        dreamed = {conv: dream(root, home / "dreams" / conv) for conv, root in roots.items()}
     by_category: dict[int, Path] = {}
     for cat in sorted({q["category"] for q in qrels}):
         by_category[cat] = runs_dir / f"qrels-category-{cat}.jsonl"
@@ -319,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "daemons": {},
         "variants": {},
+        "daemon_env": extra_env,
+        "dreamed": dreamed if args.dream else None,
     }
     sock_dir = Path(tempfile.mkdtemp(prefix="memd-l-", dir="/tmp"))
     runs: dict[str, Run] = {}
@@ -336,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 qrels,
                 group,
                 runs_dir,
+                extra_env,
             )
             result["daemons"][provider] = info
             runs |= {r.variant.name: r for r in done}

@@ -198,7 +198,12 @@ class MemoryService:
     def status(self, ref: str) -> dict[str, Any]:
         """Everything a person needs to trust (or distrust) one workspace's index."""
         ws = self.registry.get(ref)
-        found = discover(ws.root, ws.extra_paths, self.config.index.max_file_bytes)
+        found = discover(
+            ws.root,
+            ws.extra_paths,
+            self.config.index.max_file_bytes,
+            diary=self.config.index.diary,
+        )
         state, reason = ws.syncer.state()
         with ws.index.reader() as store:
             counts = store.counts()

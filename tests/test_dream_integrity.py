@@ -232,3 +232,30 @@ def test_what_dreaming_writes_and_shows_is_redacted(tmp_path: Path) -> None:
     assert "Always deploy with the token ghp_" in memory and TOKEN not in memory
     assert TOKEN not in (ws / "DREAMS.md").read_text()
     assert (ws / "memory" / "2026-04-01.md").read_text() == note
+
+
+def test_the_diary_is_for_reading_not_searching(tmp_path: Path) -> None:
+    """DREAMS.md quotes the notes it comes from: searching it put two diary entries above the
+    note they quote. A search for a fact finds its note; `get` still reads the diary, and
+    [index] diary = true makes it searchable."""
+    ws = tmp_path / "agent"
+    (ws / "memory").mkdir(parents=True)
+    note = "- Always call the staging cluster vega, never orion.\n"
+    (ws / "memory" / "2026-04-01.md").write_text(note)
+    clock = Clock(datetime(2026, 4, 1, 20, tzinfo=UTC))
+    for diary in (False, True):
+        (ws / "DREAMS.md").unlink(missing_ok=True)
+        config = Config.load(timezone="UTC", index__diary=diary)
+        with running_daemon(config, embedder=FakeEmbedder(), clock=clock) as d:
+            with memd_client.connect(d.socket_path) as c:
+                c.workspace_add(str(ws), name="agent")
+                c.reindex("agent")
+                c.dream("agent", apply=True)
+                c.reindex("agent")
+                hits = c.search("agent", "staging cluster name", wait_ms=2000)["results"]
+                paths = [h["path"] for h in hits]
+                assert paths[0] == "memory/2026-04-01.md", paths
+                assert ("DREAMS.md" in paths) == diary, paths
+                assert "vega" in c.get("agent", "DREAMS.md")["text"]
+                status = c.status("agent")["workspaces"][0]
+                assert status["freshness"]["fresh"], status["freshness"]

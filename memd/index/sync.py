@@ -321,7 +321,9 @@ class Syncer:
         fresh: bool,
         look: bool = False,
     ) -> None:
-        found = discover(self.root, self.extra_paths, self.config.max_file_bytes)
+        found = discover(
+            self.root, self.extra_paths, self.config.max_file_bytes, diary=self.config.diary
+        )
         report.skipped = list(found.skipped)
         self.skipped = list(found.skipped)
         stored = {} if fresh else store.files()
@@ -398,7 +400,10 @@ class Syncer:
         """Sync only ``paths`` (from the watcher or an append); False when a full
         reconcile is needed instead. A workspace of thousands of files is not walked for one
         changed daily log."""
-        looked = [(rel, memory_file(self.root, rel, self.config.max_file_bytes)) for rel in paths]
+        looked = [
+            (rel, memory_file(self.root, rel, self.config.max_file_bytes, diary=self.config.diary))
+            for rel in paths
+        ]
         if any(status == "rescan" for _, (status, _) in looked):
             return False
         identity = Index.stored_identity(store.conn)

@@ -71,6 +71,7 @@ _IGNORED_NAME_RE = re.compile(
     "|".join(fnmatch.translate(p) for p in _IGNORED_NAME_PATTERNS), re.IGNORECASE
 )
 _EVERGREEN = ("MEMORY.md", "memory.md", "DREAMS.md")  # DREAMS.md: the dream diary
+DIARY = "DREAMS.md"  # indexed only when [index] diary says so
 # ASCII digits only: \d would also accept other scripts' digits.
 _DAILY_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})(?:-.+)?\.md")
 
@@ -151,7 +152,7 @@ def resolve_extra_paths(root: Path, extra_paths: Sequence[str]) -> list[Path]:
 
 
 def memory_file(
-    root: Path, rel: str, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    root: Path, rel: str, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES, *, diary: bool = False
 ) -> tuple[Literal["file"], SourceFile] | tuple[Literal["gone", "rescan"], None]:
     """Look at one path the way discover() would, without walking the workspace.
 
@@ -161,6 +162,8 @@ def memory_file(
     """
     rel = _strip_dot(rel)
     parts = rel.split("/")
+    if rel == DIARY and not diary:
+        return "gone", None
     if rel in _EVERGREEN:
         pass
     elif not (len(parts) >= 2 and parts[0] == "memory" and rel.endswith(".md")):
@@ -220,8 +223,11 @@ def discover(
     extra_paths: Sequence[str] = (),
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
 ) -> Discovery:
-    """List the memory files of a workspace, sorted by rel path, with what was skipped and why."""
-    scan = _Scan(Path(os.path.abspath(root)), max_file_bytes)
+    *,
+    diary: bool = False,
+    """List the memory files of a workspace, sorted by rel path, with what was skipped and why
+    (DREAMS.md, the dream diary, only with ``diary``: it is for people to read)."""
+    scan = _Scan(Path(os.path.abspath(root)), max_file_bytes, diary=diary)
     scan.root_files()
     for extra in resolve_extra_paths(root, extra_paths):
         scan.extra(extra)
@@ -245,10 +251,11 @@ def discover(
 class _Scan:
     """The state of one discover() call."""
 
-    def __init__(self, root: Path, max_file_bytes: int) -> None:
+    def __init__(self, root: Path, max_file_bytes: int, *, diary: bool) -> None:
         self.root = root
         self.max_file_bytes = max_file_bytes
         self.found: list[tuple[SourceFile, FileId]] = []
+        self.diary = diary
         self.skipped: list[tuple[str, str]] = []
         self.complete = True
         # Directories walked, by what they are: a bind mount of the workspace (or of a folder
@@ -269,6 +276,8 @@ class _Scan:
         # Exact directory-entry names: on a case-insensitive FS one file has one name, never two.
         for name in _EVERGREEN:
             entry = by_name.get(name)
+            if name == DIARY and not self.diary:
+                continue
             if entry is not None and entry.is_file(follow_symlinks=False):
                 self.take(entry.path, _entry_stat(entry))
         mem = by_name.get("memory")
