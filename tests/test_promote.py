@@ -421,3 +421,16 @@ def test_concurrent_human_edits_survive(
         assert final.dropped_sections > 0
         assert all(f"<!-- memd-promotion:{a.key} -->" in markers for a in final.applied)
     assert not [p for p in workspace.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_memory_md_with_a_second_name_is_not_written_through(workspace: Path) -> None:
+    """A hard link to MEMORY.md elsewhere would change with it: promotion refuses, naming
+    why, and both names keep their text."""
+    _note(workspace)
+    memory = workspace / "MEMORY.md"
+    memory.write_text("# Long-Term Memory\n\nHuman line.\n")
+    elsewhere = workspace.parent / "outside.md"
+    os.link(memory, elsewhere)
+    with pytest.raises(PathRefused, match="hard links"):
+        apply_promotions(workspace, [_cand(_entry())], day=DAY, max_chars=0)
+    assert memory.read_text() == elsewhere.read_text() == "# Long-Term Memory\n\nHuman line.\n"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memd.atomicfile import append_whole, fsync, fsync_dir
-from memd.markdown.modes import open_append
+from memd.markdown.modes import file_mode, open_append
 from memd_client.errors import PathRefused
 
 __all__ = ["Snapshot", "append_text", "snapshot", "snapshot_bytes", "swap_in"]
@@ -86,7 +86,13 @@ def append_text(path: Path, body: str, *, header: str = "", nl: str = "\n") -> N
     """Append ``body`` with one write on an O_APPEND fd: appends cannot clobber a concurrent editor."""
     fd = open_append(path)  # created with the mode its folder gives, as the user's own files
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if st.st_nlink > 1:  # a second name elsewhere would change too: another file's text
+            raise PathRefused(
+                f"{path} has {st.st_nlink} names (hard links); memd writes only to a file "
+                "with one, so it changes nothing outside the file it means"
+            )
+        size = st.st_size
         if size == 0:
             data = header + body
         else:  # decided at write time, so a line the human just added without "\n" stays whole
@@ -141,6 +147,8 @@ def swap_in(path: Path, base: Snapshot, new_text: str) -> bool:
         try:
             if base.st is not None:
                 os.fchmod(fd, stat.S_IMODE(base.st.st_mode))
+            else:  # a new file: the mode the user's own files in that folder get
+                os.fchmod(fd, file_mode(os.stat(path.parent)))
             _write_all(fd, data)
             fsync(fd)
         finally:
