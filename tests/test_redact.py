@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from memd.redact import MARK, redact, redact_with_count
+from memd.redact.names import Tier, tier
+from memd.redact.values import random_token
 
 # Fake secrets, assembled from parts so that secret scanners do not flag this file.
 R40 = "Xq7Lm2Pz9Rt4Wk8Vb3Nc6Hd1Jf5Gs0Ya2Ue7Io4"  # 40 mixed-class characters
@@ -213,6 +215,93 @@ def test_pathological_inputs_finish() -> None:
         "key " * 50_000,
         "sk-" * 50_000,
         "-----BEGIN RSA PRIVATE KEY-----\n" * 2_000,
+    ):
+        out = redact(text)
+        assert out.count("\n") == text.count("\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "before", "level"),
+    [
+        ("PGPASSWORD", "", Tier.PASSWORD),
+        ("dbPass", "", Tier.PASSWORD),
+        ("db-password", "", Tier.PASSWORD),
+        ("-storepass", "", Tier.PASSWORD),
+        ("client_secret", "", Tier.STRONG),
+        ("X-Auth-Token", "", Tier.STRONG),
+        ("apiKey", "", Tier.STRONG),
+        ("Key", "Secret Access ", Tier.STRONG),
+        ("GH_PAT", "", Tier.STRONG),
+        ("sort_key", "", Tier.ENTROPY),
+        ("X-Amz-Signature", "", Tier.ENTROPY),
+        ("JSESSIONID", "", Tier.ENTROPY),
+        ("token_count", "", Tier.ENTROPY),
+        ("keyboard", "", Tier.NONE),
+        ("bypass", "", Tier.NONE),
+        ("author", "", Tier.NONE),
+        ("path", "", Tier.NONE),
+    ],
+)
+def test_names_say_secret_in_any_spelling(name: str, before: str, level: Tier) -> None:
+    assert tier(name, before) is level
+
+
+@pytest.mark.parametrize(
+    ("value", "random"),
+    [
+        ("d842219f97d3582f8fa18d0c01d85e0536fd1de2", True),  # hex
+        ("hWeZHoWrEebaKOkdzA+D19ino3fx+4MFgmi/EPfj2j8=", True),  # base64
+        ("enew7ep42txpief0wx8szyo66v", True),  # a session id
+        ("includeDefaultMemory", False),
+        ("memory_index_meta_v1", False),
+        ("arn:aws:secretsmanager:eu-west-1:123456789012:secret:db", False),
+        ("550e8400-e29b-41d4-a716-446655440000", False),
+    ],
+)
+def test_random_values_are_told_from_names(value: str, random: bool) -> None:
+    assert random_token(value) is random
+
+
+def test_a_value_wrapped_onto_the_next_lines_goes_with_it_and_prose_after_it_stays() -> None:
+    text = f"API_KEY={R40}\n{R40[:24]}\n{R40[:12]}\nDone for today.\n"
+    assert redact(text) == f"API_KEY={MARK}\n{MARK}\n{MARK}\nDone for today.\n"
+    short = "password: hunter2\nREADME2024x\n"  # a short value is not wrapped
+    assert redact(short) == f"password: {MARK}\nREADME2024x\n"
+
+
+def test_a_key_split_across_table_rows_goes_whole() -> None:
+    text = f"| name | value |\n|---|---|\n| OpenAI key | {OPENAI[:30]} |\n|  | {R40[:20]} |\n"
+    out = redact(text)
+    assert R40[:20] not in out and OPENAI[3:30] not in out
+    assert out.splitlines()[3] == f"|  | {MARK} |"
+    schema = "| column | type |\n|---|---|\n| password | VARCHAR(255) |\n| token | int |\n"
+    assert redact(schema) == schema
+
+
+def test_a_continuation_appended_later_is_redacted_with_its_line() -> None:
+    first = f"API_KEY={R40}\n"
+    assert redact(first) == f"API_KEY={MARK}\n"
+    assert redact(first + R40[:24] + "\n") == f"API_KEY={MARK}\n{MARK}\n"
+
+
+def test_client_flags_are_read_per_client() -> None:
+    assert redact("mysql -uroot -pS3cretPass db") == f"mysql -uroot -p{MARK} db"
+    assert redact("redis-cli -a 'S3cret pass' PING") == f"redis-cli -a '{MARK}' PING"
+    for ports in ("redis-cli -p 6379 PING", "mysql -P 3306 -u app -p db", "docker run -p 80:80 x"):
+        assert redact(ports) == ports
+
+
+def test_pathological_layouts_finish() -> None:
+    for text in (
+        "| a " * 50_000,
+        ("| key | " + R40 + " |\n") * 2_000,
+        (R40 + "\n") * 5_000,
+        "mysql " + "-p " * 50_000,
+        "x \\\n" * 20_000,
+        "key=" * 50_000,
+        '{"kty": ' * 20_000,
+        "Private-Lines: 9999\n" * 2_000,
+        "name: password\n  value:" * 5_000,
     ):
         out = redact(text)
         assert out.count("\n") == text.count("\n")

@@ -665,7 +665,7 @@ def test_reindexing_an_appended_log_redacts_and_counts_only_what_is_new(
     """Appends cost O(appended text), not O(file): the redaction of unchanged lines and the
     token counts of unchanged chunks are remembered. (The redaction counter wraps the real
     function: how often it runs cannot be seen from outside.)"""
-    from memd import redact as redact_module
+    from memd.redact import engine as redact_module
 
     blocks: list[str] = []
     real = redact_module._redact_block

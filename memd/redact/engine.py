@@ -1,0 +1,104 @@
+"""The redaction pass: private keys on the whole text, then every rule on each block of lines,
+each block remembered by digest so that an append redacts only what it added."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections import OrderedDict
+
+from memd.redact import assign, flags, prefixes, urls
+from memd.redact.armour import redact_armour
+from memd.redact.base import Rule
+from memd.redact.lines import carry_over, redact_tables
+from memd.redact.names import FRAGMENTS
+
+# Each rule runs on a block only when the block holds one of its needles (lower-cased; none:
+# any block) and, if the rule says so, a run of 16 characters without a space: every typed
+# token, signed URL and random value is at least that long.
+_LONG_RUN = re.compile(r"[a-z0-9_.:/~+=%-]{16}")
+_RULES: list[tuple[frozenset[str], bool, Rule]] = [
+    (frozenset(), True, prefixes.redact_prefixed),
+    (frozenset({"q~"}), True, prefixes.redact_azure_secret),
+    *((frozenset(needles), long, rule) for needles, long, rule in urls.RULES),
+    (frozenset(flags.COMMANDS), False, flags.redact_clients),
+    *((frozenset(FRAGMENTS), False, rule) for rule in flags.RULES),
+    *((frozenset(needles), False, rule) for needles, rule in assign.RULES),
+    (frozenset({"|"}), False, redact_tables),
+]
+_COMMANDS = frozenset(flags.COMMANDS)
+_NEEDLES = tuple(sorted(set().union(*(needles for needles, _, _ in _RULES)) - _COMMANDS))
+
+
+# Every rule stays inside a block: a line, with the lines that continue it (indented, a table's
+# rows, after a trailing backslash, or a lone word that may be the rest of a wrapped value).
+# Private keys, which span unindented lines, are handled on the whole text first.
+_BLOCK = re.compile(
+    r"[^\n]*\n?"
+    r"(?:(?:[ \t]+[^\n]*|[ \t]*\|[^\n]*|(?<=\\\n)[^\n]+|[A-Za-z0-9+/=_.~%-]+[\"',]{0,3}[ \t]*(?=\n|\Z))\n?)*"
+)
+# Remembered by a 16-byte digest; the redacted text is kept only for the few blocks that held a
+# secret (None: the block comes back unchanged), so 50,000 blocks cost a few MB, not the text.
+_MEMO: OrderedDict[bytes, tuple[str, int] | None] = OrderedDict()
+_MEMO_BLOCKS = 50_000
+_MEMO_LOCK = threading.Lock()
+
+
+def _redact_block(block: str) -> tuple[str, int]:
+    """Apply each rule whose needles the block holds; its needles are looked for once, as
+    redaction only removes text."""
+    lower = block.lower()
+    present = {n for n in _NEEDLES if n in lower}
+    if "-" in lower or "/" in lower:  # no client takes a password without either
+        present.update(n for n in _COMMANDS if n in lower)
+    long_run = _LONG_RUN.search(lower) is not None
+    original, total = block, 0
+    for needles, long, rule in _RULES:
+        if (not needles or not needles.isdisjoint(present)) and (long_run or not long):
+            block, n = rule(block)
+            total += n
+    if total and "\n" in block.rstrip("\n"):
+        block, n = carry_over(original, block)
+        total += n
+    return block, total
+
+
+def _redact_blocks(text: str) -> tuple[str, int]:
+    out: list[str] = []
+    total = 0
+    for m in _BLOCK.finditer(text):
+        block = m.group(0)
+        if not block:
+            continue
+        key = hashlib.blake2b(block.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        with _MEMO_LOCK:
+            known = key in _MEMO
+            hit = _MEMO.get(key)
+            if known:
+                _MEMO.move_to_end(key)
+        if not known:
+            done = _redact_block(block)
+            hit = done if done[1] else None
+            with _MEMO_LOCK:
+                _MEMO[key] = hit
+                while len(_MEMO) > _MEMO_BLOCKS:
+                    _MEMO.popitem(last=False)
+        if hit is None:
+            out.append(block)
+        else:
+            out.append(hit[0])
+            total += hit[1]
+    return "".join(out), total
+
+
+def redact_with_count(text: str) -> tuple[str, int]:
+    """Return `text` with secrets replaced by MARK, and how many secrets were replaced."""
+    text, total = redact_armour(text)
+    text, n = _redact_blocks(text)
+    return text, total + n
+
+
+def redact(text: str) -> str:
+    """Return `text` with secrets replaced by MARK; line structure is unchanged."""
+    return redact_with_count(text)[0]
