@@ -222,9 +222,9 @@ def discover(
     root: Path,
     extra_paths: Sequence[str] = (),
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
-) -> Discovery:
     *,
     diary: bool = False,
+) -> Discovery:
     """List the memory files of a workspace, sorted by rel path, with what was skipped and why
     (DREAMS.md, the dream diary, only with ``diary``: it is for people to read)."""
     scan = _Scan(Path(os.path.abspath(root)), max_file_bytes, diary=diary)
