@@ -42,7 +42,7 @@ from memd.dreams.schedule import Schedule
 from memd.dreams.similar import meaning_threshold
 from memd.dreams.transcripts import Message, Transcript
 from memd.flush import SILENT_REPLY, check_flush_target, daily_log, flush_plan, is_silent
-from memd.freshness import freshness
+from memd.freshness import check as check_freshness
 from memd.index.cache import cached_vectors
 from memd.indexer import URGENT, Indexer
 from memd.markdown.context import DEFAULT_CONTEXT_CHARS, session_context
@@ -51,13 +51,13 @@ from memd.markdown.read import MemoryPath
 from memd.once import Once
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.redact import redact as redact_text
-from memd.registry import Workspace, save_registry
+from memd.registry import DirIdentity, Workspace, save_registry
 from memd.scopes import ANONYMOUS, Caller, allowed_sources
 from memd.service import MemoryService
 from memd.sessions.transcript import list_transcripts, render
 from memd.text import first_control
 from memd.watch import RESCAN_ALL, Watchers
-from memd_client.errors import BadRequest, IndexError_, PathRefused, Timeout
+from memd_client.errors import BadRequest, MemdError, PathRefused, Timeout
 from memd_client.protocol import PROTOCOL_VERSION
 
 __all__ = ["Api"]
@@ -117,24 +117,31 @@ class Api:
         return [self._ws(params)]
 
     def freshness(
-        self, ws: Workspace, *, waited_ms: int = 0, walked_stale: int = 0, synced: bool = False
+        self,
+        ws: Workspace,
+        *,
+        since: float | None = None,
+        walked_stale: int | None = None,
+        mode: str | None = None,
     ) -> dict[str, Any]:
-        return freshness(
-            ws,
-            self.indexer,
-            self.watchers,
-            waited_ms=waited_ms,
-            walked_stale=walked_stale,
-            synced=synced,
+        """The freshness of a reply about ``ws`` that started at ``since`` (default now), in
+        ``mode`` (default: the configured search mode, whose vectors must be there too)."""
+        claim = check_freshness(
+            ws, self.indexer, self.watchers, since=since, walked_stale=walked_stale
         )
+        return claim.reply(mode=mode or self.service.config.search.mode)
 
-    def _wait_fresh(self, ws: Workspace, wait_ms: int) -> int:
-        """Sync ``ws`` now and wait up to ``wait_ms`` for it; return the time waited."""
+    def _wait_fresh(self, ws: Workspace, wait_ms: int, *, vectors: bool) -> int:
+        """Sync ``ws`` now (a walk of the whole workspace) and wait up to ``wait_ms`` for it,
+        and with ``vectors`` for the vectors of what it indexed; return the time waited."""
         start = time.monotonic()
         future = self.indexer.request_sync(ws, priority=URGENT)
         try:
             future.result(timeout=wait_ms / 1000)
-        except (FutureTimeout, IndexError_):
+            if vectors:
+                left = wait_ms / 1000 - (time.monotonic() - start)
+                self.indexer.wait_embedded(ws, max(0.0, left))
+        except (FutureTimeout, MemdError):
             pass  # the reply's freshness says what is still pending
         return int((time.monotonic() - start) * 1000)
 
@@ -177,6 +184,7 @@ class Api:
             }
         workspaces = []
         for ws in targets:
+            started = time.time()
             st = self.service.status(ws.name)
             try:
                 recalls: dict[str, Any] = RecallStore(
@@ -191,7 +199,8 @@ class Api:
                 "enabled": self.service.config.dreaming.enabled,
                 "next_run": nxt.isoformat() if nxt else None,
             }
-            st["freshness"] = self.freshness(ws, walked_stale=st["files_stale"])
+            # status walked the workspace itself: that walk vouches for its files
+            st["freshness"] = self.freshness(ws, since=started, walked_stale=st["files_stale"])
             watcher = self.watchers.state(ws.root)
             watcher["pending_keys"] = sorted(watcher.get("pending_keys") or ())
             st["watcher"] = watcher
@@ -218,6 +227,9 @@ class Api:
             sources.remove("sessions")
         return sources, "longterm" not in allowed
 
+    def _embeds(self, ws: Workspace) -> bool:
+        return ws.syncer.embedder is not None
+
     @staticmethod
     def _may_see_sessions(ws: Workspace, caller: Caller) -> bool:
         # Transcripts are returned only to their own agent; an anonymous caller sees none.
@@ -236,6 +248,7 @@ class Api:
             "mmr",
             "sources",
         )
+        started = time.time()  # the reply vouches for the files as they were now
         ws = self._ws(params)
         query = str_param(params, "query")
         assert query is not None
@@ -252,7 +265,21 @@ class Api:
         if not wait_ms and ws.syncer.last_sync is None and self.service.never_indexed(ws):
             # A workspace added a moment ago: its keyword rows come from the writer first.
             wait_ms = FIRST_INDEX_WAIT_MS
-        waited = self._wait_fresh(ws, wait_ms) if wait_ms else 0
+        asked = mode or self.service.config.search.mode
+        waited = (
+            self._wait_fresh(ws, wait_ms, vectors=asked != "keyword" and self._embeds(ws))
+            if wait_ms
+            else 0
+        )
+        # Checked before the search reads: what is indexed now is in the snapshot it reads.
+        claim = check_freshness(
+            ws,
+            self.indexer,
+            self.watchers,
+            since=started,
+            waited_ms=waited,
+            synced=bool(wait_ms),
+        )
         results: list[dict[str, Any]] = []
         outcome = None
         if sources:
@@ -283,7 +310,7 @@ class Api:
             self.recorder.submit(ws.root, query, memory_hits, folder=ws.dream_place.folder)
         return {
             "results": results,
-            "freshness": self.freshness(ws, waited_ms=waited, synced=bool(wait_ms)),
+            "freshness": claim.reply(mode=outcome.mode if outcome else "keyword"),
             "provider": outcome.provider if outcome else "none",
             "model": outcome.model if outcome else "",
             "mode": outcome.mode if outcome else (mode or "hybrid"),
@@ -659,6 +686,12 @@ class Api:
                 sessions_dir=sessions_dir,
                 agent_id=agent_id,
             )
+            now = DirIdentity.of(known.root)
+            if now is not None and (known.identity is None or not known.identity.same(now)):
+                # Another directory at the registered path (a drive mounted elsewhere, a
+                # directory put in place of the old one): adding it again follows it.
+                known.identity = now
+                changed.append("directory")
             if changed:
                 self._save_registry()
                 self.watchers.unwatch(known.root)
@@ -699,7 +732,11 @@ class Api:
     # -- registry -------------------------------------------------------------------------------
 
     def _save_registry(self) -> None:
-        entries = [_ws_entry(ws) for ws in self.service.registry.all()]
+        entries = [
+            # with which directory was registered (Workspace.root_problem)
+            {**_ws_entry(ws), **(ws.identity.to_entry() if ws.identity else {})}
+            for ws in self.service.registry.all()
+        ]
         entries += list(self.service.registry.missing.values())  # kept until they come back or go
         with self._registry_lock:
             save_registry(self.registry, entries)

@@ -227,6 +227,9 @@ class Daemon:
     def shutdown(self) -> None:
         sd_notify("STOPPING=1")
         if self.parts is not None:
+            # A rebuild is abandoned first: a reindex waiting for it is answered (BUSY) before
+            # its connection is closed, and nothing waits for the rebuild to finish.
+            self.parts.indexer.abandon_rebuilds()
             self.parts.close()
             self.parts = None
         while self._lock_fds:  # the lock files stay; unlinking them would reopen the race

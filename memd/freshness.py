@@ -1,19 +1,73 @@
-"""Freshness: how far a workspace's index is behind its files, as every reply carries it."""
+"""Freshness: how far a workspace's index is behind its files, as every reply carries it.
+
+``fresh: true`` is a claim checked at the reply, not assumed: every file's text on disk when the
+reply started is in the index the reply read (its keyword rows; its vectors too for a search
+that used them). Something has to vouch for the files nobody reported yet:
+
+- the change probe (memd/watch/probe.py), read by the reply itself, names every edit made since
+  it was armed, and a walk of the whole workspace that started after that covers the rest;
+- or a walk that started after the reply did (a search that waited with ``wait_ms``; ``status``
+  walks the workspace itself).
+
+Each changed path the probe, the watcher or the writer knows counts as pending until its size
+and mtime are those of its row, and a path the writer is indexing right now counts until its
+rows are committed. Without a probe (polling, a system without inotify) a reply that did not
+wait says why it is not fresh.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memd.index.store import Store
 from memd.indexer import Indexer
+from memd.markdown.discover import memory_file
 from memd.registry import Workspace
 from memd.watch import RESCAN_ALL, RESCANS, Watchers
 
-__all__ = ["freshness", "workspace_problems"]
+__all__ = ["Claim", "check", "count_stale", "freshness", "stale_keys", "workspace_problems"]
+
+
+@dataclass
+class Claim:
+    """What a reply can say of one workspace's index; ``reply`` turns it into the wire map."""
+
+    generation: int
+    pending: int
+    unembedded: int
+    skipped: int
+    rebuilding: bool
+    watcher: Any
+    last_sync: float | None
+    waited_ms: int
+    problems: list[str]
+    vectors_current: bool  # the index's vectors are the active embedder's
+    embeds: bool  # there is an embedder: a search that is not "keyword" uses vectors
+
+    def reply(self, *, mode: str = "hybrid") -> dict[str, Any]:
+        """The freshness map of a reply; ``mode``: the search mode the reply used (or would
+        use): unless it is "keyword", the vectors must be there too."""
+        vectors = self.embeds and mode != "keyword"
+        fresh = self.pending == 0 and self.skipped == 0 and not self.problems
+        if vectors:
+            fresh = fresh and self.vectors_current and self.unembedded == 0
+        return {
+            "generation": self.generation,
+            "pending_files": self.pending,
+            "unembedded_files": self.unembedded,
+            "skipped_files": self.skipped,
+            "rebuilding": self.rebuilding,
+            "watcher": self.watcher,
+            "last_sync": self.last_sync,
+            "waited_ms": self.waited_ms,
+            "problems": self.problems,
+            "fresh": fresh,
+        }
 
 
 def freshness(
@@ -21,53 +75,127 @@ def freshness(
     indexer: Indexer,
     watchers: Watchers,
     *,
+    since: float | None = None,
     waited_ms: int = 0,
-    walked_stale: int = 0,
+    walked_stale: int | None = None,
     synced: bool = False,
+    mode: str = "hybrid",
 ) -> dict[str, Any]:
-    """How far the index of ``ws`` is behind its files, as every reply carries it.
+    """The freshness map of a reply about ``ws`` in search ``mode`` (see :func:`check`)."""
+    claim = check(
+        ws,
+        indexer,
+        watchers,
+        since=since,
+        waited_ms=waited_ms,
+        walked_stale=walked_stale,
+        synced=synced,
+    )
+    return claim.reply(mode=mode)
 
-    ``walked_stale``: files a walk of the workspace found changed (status walks it), which
-    count as pending even before the watcher reports them. ``synced``: the caller waited for a
-    sync, so a count kept from before it must not be repeated.
+
+def check(
+    ws: Workspace,
+    indexer: Indexer,
+    watchers: Watchers,
+    *,
+    since: float | None = None,
+    waited_ms: int = 0,
+    walked_stale: int | None = None,
+    synced: bool = False,
+) -> Claim:
+    """How far the index of ``ws`` is behind its files now.
+
+    ``since``: when the reply started (wall clock; default now). ``walked_stale``: the files a
+    walk of the workspace, begun after ``since``, found to differ from the index (status walks
+    it): they count as pending, and the walk vouches for the rest. ``synced``: the caller waited
+    for a sync, so a count kept from before it must not be repeated.
     """
+    since = time.time() if since is None else since
+    # The probe first: what it read is handed on to the watcher, and every path is stat'ed
+    # after the read that reported it.
+    probe = watchers.probe(ws.root)
     watcher = watchers.state(ws.root)
     watched = set(watcher.get("pending_keys") or ())
-    queued = indexer.dirty_keys(ws)
-    keys = {k for k in watched | queued if k not in RESCANS}
+    queued, running = indexer.pending_keys(ws)
+    probed = set(probe.keys) if probe is not None else set()
+    keys = (watched | queued | probed) - RESCANS - running
+
+    def rescanned(when: float) -> bool:
+        return indexer.rescanned_since(ws, when)
+
     with ws.index.reader() as store:
         generation = store.generation()
         unembedded = store.pending_count()
         # A changed path may already be indexed (an append, a sync someone waited for,
         # a reconcile that ran first): count only files whose size or mtime differ.
-        stale = _stale_count(ws, store, keys, recount=synced)
-    pending = max(stale, walked_stale)
-    if queued & RESCANS:
-        pending += 1  # a rescan is queued: something may have changed
-    last_event = watcher.get("last_event_at")
-    if RESCAN_ALL in watched and not (last_event and indexer.synced_since(ws, last_event)):
-        pending += 1
+        stale, found = _stale_count(ws, store, keys, recount=synced)
+    if found is not None and probed:
+        watchers.settle(ws.root, (probed & keys) - found)
+    # Being indexed now: the rows are not committed yet.
+    pending = stale + len(running - RESCANS)
+    if walked_stale is not None:
+        pending = max(pending, walked_stale)
+    if (queued | running) & RESCANS:
+        pending += 1  # a rescan is queued or runs: something may have changed
+    # A walk of every file, begun after the reply started, vouches for what nobody reported.
+    walked = walked_stale is not None or rescanned(since)
+    if RESCAN_ALL in watched and not walked and not rescanned(watcher.get("rescan_at") or since):
+        pending += 1  # the watcher asks for a rescan (a folder changed, events were lost)
     problems = workspace_problems(ws, watcher.get("state"))
-    skipped = len(ws.syncer.skipped)
-    return {
-        "generation": generation,
-        "pending_files": pending,
-        "unembedded_files": unembedded,
-        "skipped_files": skipped,
-        "rebuilding": ws.syncer.rebuilding,
-        "watcher": watcher.get("state"),
-        "last_sync": ws.syncer.last_sync,
-        "waited_ms": waited_ms,
-        "problems": problems,
-        "fresh": pending == 0 and skipped == 0 and not problems,
-    }
+    if probe is not None:
+        if not walked and not rescanned(probe.rescan_after):
+            pending += 1  # edits from before the probe could see them: a rescan comes
+    elif not walked and not problems:
+        problems.append(_unvouched(watcher))
+    skipped = len(ws.syncer.skipped) + _unreadable(ws)
+    return Claim(
+        generation=generation,
+        pending=pending,
+        unembedded=unembedded,
+        skipped=skipped,
+        rebuilding=ws.syncer.rebuilding,
+        watcher=watcher.get("state"),
+        last_sync=ws.syncer.last_sync,
+        waited_ms=waited_ms,
+        problems=problems,
+        vectors_current=_vectors_current(ws),
+        embeds=ws.syncer.embedder is not None,
+    )
+
+
+def _unvouched(watcher: dict[str, Any]) -> str:
+    """Why nothing vouches for the edits of the last moments (no change probe)."""
+    if watcher.get("state") == "polling":
+        how = "edits are found by polling"
+    elif watcher.get("probe_error"):
+        how = str(watcher["probe_error"])
+    else:
+        how = "no change probe on this system"
+    return f"{how}: only a reply that waited for a rescan (wait_ms) can say it is fresh"
+
+
+def _vectors_current(ws: Workspace) -> bool:
+    """Whether the index holds vectors of the active embedder (not while another model's are
+    being rebuilt, nor kept from a provider that is unavailable)."""
+    try:
+        return ws.syncer.state()[0] == "valid"
+    except Exception:  # an index that cannot be read is no index of vectors
+        return False
+
+
+def _unreadable(ws: Workspace) -> int:
+    transcripts = ws.syncer.transcripts
+    return len(transcripts.unreadable) if transcripts is not None else 0
 
 
 # During a checkout of 1,000 files every reply checked each pending path (a row read and a
 # stat: 32 ms a reply), and at 25 requests a second the replies queued behind that work for
 # seconds. The rows are now read in one statement (5 ms for 1,000 paths), and with more pending
 # paths than RECOUNT_ABOVE a count is kept for RECOUNT_AFTER_S (the watcher itself waits 1.5 s
-# before it reports an edit), except for a reply to someone who waited for a sync.
+# before it reports an edit), except for a reply to someone who waited for a sync. Only a count
+# above zero is kept: it says "not fresh", which stays true of an older count; zero is counted
+# anew, or a burst that came after it would be called fresh.
 RECOUNT_ABOVE = 64
 RECOUNT_AFTER_S = 1.0
 _counts: dict[Path, tuple[float, int]] = {}  # root -> (when, count)
@@ -75,52 +203,76 @@ _recounting: set[Path] = set()  # roots whose count one reply is taking now
 _counts_lock = threading.Lock()
 
 
-def _stale_count(ws: Workspace, store: Store, keys: set[str], *, recount: bool) -> int:
-    """How many of ``keys`` differ from their rows; above RECOUNT_ABOVE a count up to a second
-    old is given unless ``recount``. One reply at a time takes a new count: the others give the
-    last one meanwhile (64 replies that found it old all counted, each slower for the others)."""
+def _stale_count(
+    ws: Workspace, store: Store, keys: set[str], *, recount: bool
+) -> tuple[int, set[str] | None]:
+    """How many of ``keys`` differ from their rows, and which (None when a kept count was
+    given). Above RECOUNT_ABOVE a count up to a second old is given unless ``recount`` or it
+    was zero. One reply at a time takes a new count: the others give the last one meanwhile
+    (64 replies that found it old all counted, each slower for the others)."""
     many, now = len(keys) > RECOUNT_ABOVE, time.monotonic()
     claimed = many and not recount
     if claimed:
         with _counts_lock:
             kept = _counts.get(ws.root)
-            if kept is not None and (now - kept[0] < RECOUNT_AFTER_S or ws.root in _recounting):
-                return kept[1]
+            if (
+                kept is not None
+                and kept[1] > 0
+                and (now - kept[0] < RECOUNT_AFTER_S or ws.root in _recounting)
+            ):
+                return kept[1], None
             _recounting.add(ws.root)
-    count: int | None = None
+    found: set[str] | None = None
     try:
-        count = count_stale(store, ws.root, keys)
-        return count
+        found = stale_keys(store, ws.root, keys, skipped={p for p, _ in ws.syncer.skipped})
+        return len(found), found
     finally:
         if many:
             with _counts_lock:  # the new count lands as the claim ends: no second recount
                 if claimed:
                     _recounting.discard(ws.root)
-                if count is not None:
-                    _counts[ws.root] = (now, count)
+                if found is not None:
+                    _counts[ws.root] = (now, len(found))
 
 
 def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
     """Why a workspace's index cannot be trusted to follow its files, if it cannot."""
     problems = []
-    if not ws.root.is_dir():
-        problems.append(f"the workspace directory {ws.root} is gone (deleted, moved or unmounted)")
+    moved = ws.root_problem()
+    if moved is not None:
+        problems.append(moved)
     elif watcher_state == "failed":
         problems.append("the file watcher failed: edits are found only by the periodic reconcile")
     return problems
 
 
-def count_stale(store: Store, root: Path, keys: set[str]) -> int:
-    """How many of ``keys`` are not indexed as they are on disk (size and mtime)."""
+def stale_keys(
+    store: Store, root: Path, keys: set[str], *, skipped: set[str] | frozenset[str] = frozenset()
+) -> set[str]:
+    """Those of ``keys`` that are not indexed as they are on disk (size and mtime). A path with
+    no row is stale only if it is a memory file that is indexed at all (not ignored, not a
+    symlink, not ``skipped``: those are counted as skipped)."""
     if not keys:
-        return 0  # most replies: nothing pending, no statement
+        return set()  # most replies: nothing pending, no statement
     rows = store.file_stats(keys)
-    stale = 0
+    stale = set()
     for rel in keys:
         try:
             st = os.stat(root / rel)
         except OSError:
-            stale += rel in rows  # gone from disk: fresh if gone from the index too
+            if rel in rows:  # gone from disk: fresh if gone from the index too
+                stale.add(rel)
             continue
-        stale += rows.get(rel) != (st.st_size, st.st_mtime_ns)
+        row = rows.get(rel)
+        if row is None:
+            if rel in skipped or memory_file(root, rel)[0] == "gone":
+                continue
+            stale.add(rel)
+        elif row != (st.st_size, st.st_mtime_ns):
+            stale.add(rel)
     return stale
+
+
+def count_stale(store: Store, root: Path, keys: set[str]) -> int:
+    """How many of ``keys`` are not indexed as they are on disk (size and mtime)."""
+    return len(stale_keys(store, root, keys))

@@ -6,7 +6,8 @@ embeds a step of the pending text (EMBED_STEP_CHARS), so a long embedding backlo
 up a write that someone waits for. A write someone waits for indexes only the files it wrote,
 and a sync of many changed files (a ``git checkout``) goes SYNC_SLICE files at a time, so an
 append waits for one slice of a bulk edit, not all of it. A rebuild runs on a thread of its
-own, building a new file while the live index serves.
+own, building a new file while the live index serves; a reindex asked for meanwhile waits for
+it and gets its report, and shutdown abandons it (the old index stays).
 
 Over 400 lines: every kind of write the one writer thread takes, with its queueing.
 """
@@ -35,7 +36,7 @@ from memd.index.sync import SyncReport
 from memd.markdown.append import Appended, append_daily
 from memd.registry import Workspace, Workspaces
 from memd.watch.layout import RESCAN_ALL, RESCANS
-from memd_client.errors import IndexError_
+from memd_client.errors import Busy, IndexError_, PathRefused, UnknownWorkspace
 
 __all__ = ["Indexer", "URGENT", "WATCH", "RECONCILE"]
 
@@ -50,6 +51,14 @@ SYNC_SLICE = 64
 # as it takes (they wait in the embedding cache), so an append waits for one step, not for a
 # whole file (a daily log of 30 chunks is 20 s of a slow CPU).
 EMBED_STEP_CHARS = DOCUMENT_JOB_CHARS
+# How long shutdown waits for a rebuild to stop: it stops between two files or two embedding
+# steps (memd/index/sync.py), and its temporary file is removed.
+REBUILD_STOP_S = 5.0
+
+
+class _RebuildCancelled(BaseException):
+    """Raised inside a rebuild (from its progress callback) when memd stops. A BaseException:
+    no ``except Exception`` on the way may take it for a provider failure."""
 
 
 @dataclass(order=True)
@@ -68,8 +77,12 @@ class _State:
 
     dirty: set[str] = field(default_factory=set)
     queued: _Job | None = None  # the not yet started sync job, which later requests join
+    running: set[str] = field(default_factory=set)  # the keys the running sync took
     rebuild: threading.Thread | None = None
+    # Who waits for the running rebuild's report (None: no rebuild runs).
+    waiters: list[Future[SyncReport]] | None = None
     sync_started_at: float = 0.0  # wall-clock start of the last sync that completed
+    rescanned_at: float = 0.0  # wall-clock start of the last complete walk without errors
 
 
 class Indexer:
@@ -86,9 +99,13 @@ class Indexer:
         self._states: dict[Path, _State] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._abandon = threading.Event()  # rebuilds stop at their next step (memd stops)
         self._thread = threading.Thread(target=self._run, name="memd-writer", daemon=True)
         self._embed_cursor = 0
         self.jobs_done = 0
+        # Notified after every job and embedding step (read-your-writes waits for vectors).
+        self._progress = threading.Condition()
+        self._steps = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -96,21 +113,32 @@ class Indexer:
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Finish the running job, then stop; queued jobs fail with a clear error."""
+        """Finish the running job, then stop; queued jobs fail with a clear error. A rebuild is
+        abandoned (it stops within REBUILD_STOP_S; the old index stays)."""
+        deadline = time.monotonic() + REBUILD_STOP_S
+        self.abandon_rebuilds()
         self._stopping.set()
         self._queue.put(_Job(-1, 0, "stop", Path("/"), Future()))
         self._thread.join(timeout)
-        with self._lock:
+        with self._lock:  # none starts once stopping is set
             rebuilds = [s.rebuild for s in self._states.values() if s.rebuild is not None]
         for t in rebuilds:
-            t.join(timeout)
+            t.join(max(0.1, deadline - time.monotonic()))
+            if t.is_alive():
+                logger.warning("%s did not stop within %g s", t.name, REBUILD_STOP_S)
         while True:
             try:
                 job = self._queue.get_nowait()
             except queue.Empty:
                 break
             if job.kind != "stop" and job.future.set_running_or_notify_cancel():
-                job.future.set_exception(RuntimeError("memd is shutting down"))
+                job.future.set_exception(Busy("memd is shutting down"))
+
+    def abandon_rebuilds(self) -> None:
+        """Stop every rebuild at its next file or embedding step (its temporary file goes, the
+        old index stays) and answer whoever waits for one (Busy): the first step of shutdown,
+        before the connections waiting for those answers are closed."""
+        self._abandon.set()
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -146,7 +174,7 @@ class Indexer:
         def changed(keys: set[str]) -> None:
             try:
                 self.request_sync(ws, keys)
-            except RuntimeError:
+            except Busy:
                 pass  # shutting down
 
         return changed
@@ -190,20 +218,61 @@ class Indexer:
         return job.future
 
     def reindex(self, ws: Workspace, *, force: bool) -> Future[SyncReport]:
+        """Sync ``ws`` comparing every file's content, or (``force``) rebuild it. While a rebuild
+        runs, either waits for it and resolves with its report: it reads every file anew."""
+        self._check_running()
         # Asked for (after fixing a provider or freeing disk): failed embedding retries now.
         ws.syncer.reset_backoff()
+        future: Future[SyncReport] = Future()
+        if self._join_rebuild(ws, future):
+            return future
         if not force:
             ws.syncer.look_next = True  # every file's content is compared, not its size and mtime
             return self.request_sync(ws, priority=URGENT)
-        future: Future[SyncReport] = Future()
         self._start_rebuild(ws, future)
         return future
 
     def dirty_keys(self, ws: Workspace) -> set[str]:
-        """The changed paths queued for the next sync of ``ws`` (or a rescan key, RESCANS)."""
+        """The changed paths not yet indexed in ``ws``: queued for the next sync, or being
+        indexed by the running one (and rescan keys, RESCANS)."""
+        queued, running = self.pending_keys(ws)
+        return queued | running
+
+    def pending_keys(self, ws: Workspace) -> tuple[set[str], set[str]]:
+        """(the changed paths queued for the next sync of ``ws``, those the running sync is
+        indexing now); either may hold a rescan key (RESCANS)."""
         with self._lock:
             state = self._states.get(ws.root)
-            return set(state.dirty) if state else set()
+            return (set(state.dirty), set(state.running)) if state else (set(), set())
+
+    def rescanned_since(self, ws: Workspace, when: float) -> bool:
+        """True when a walk of the whole workspace that started after ``when`` (wall clock)
+        has completed without errors: every file as it was at ``when`` is indexed."""
+        with self._lock:
+            state = self._states.get(ws.root)
+            return state is not None and state.rescanned_at > when
+
+    def wait_embedded(self, ws: Workspace, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no file of ``ws`` lacks vectors; False when some
+        still does (the time ran out, or nothing embeds now: no provider, a failure's backoff,
+        a rebuild)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._progress:
+                seen = self._steps
+            if not ws.syncer.has_pending():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._may_embed(ws) or self._stopping.is_set():
+                return False
+            with self._progress:
+                if self._steps == seen:
+                    self._progress.wait(left)
+
+    def _stepped(self) -> None:
+        with self._progress:
+            self._steps += 1
+            self._progress.notify_all()
 
     def pending(self, ws: Workspace) -> int:
         """Changed paths known to the writer and not yet indexed (a rescan counts as one)."""
@@ -222,7 +291,7 @@ class Indexer:
 
     def _check_running(self) -> None:
         if self._stopping.is_set():
-            raise RuntimeError("memd is shutting down")
+            raise Busy("memd is shutting down")
 
     # -- the writer thread ----------------------------------------------------------------------
 
@@ -239,6 +308,7 @@ class Indexer:
                     return
                 self._do(job)
                 self.jobs_done += 1
+                self._stepped()
             if self._stopping.is_set():
                 return
             if not self._syncs_queued():  # changed files' keyword rows before any vectors
@@ -253,7 +323,18 @@ class Indexer:
             return
         ws = self._workspace(job.root)
         if ws is None:
-            job.future.set_exception(RuntimeError(f"workspace {job.root} was removed"))
+            job.future.set_exception(UnknownWorkspace(f"workspace {job.root} was removed"))
+            return
+        problem = ws.root_problem()
+        if problem is not None:
+            # Not the directory registered (unmounted, replaced) or gone: nothing is written
+            # into it and its index is kept as it is; the changed paths stay pending.
+            with self._lock:
+                state = self._states.setdefault(ws.root, _State())
+                if state.queued is job:
+                    state.queued = None
+            logger.debug("%s of %s refused: %s", job.kind, ws.name, problem)
+            job.future.set_exception(PathRefused(problem))
             return
         try:
             if job.kind == "sync":
@@ -383,6 +464,10 @@ class Indexer:
                 taken = set(itertools.islice(sorted(state.dirty), SYNC_SLICE))
                 state.dirty -= taken
             everything = only is None and not state.dirty
+            walk = only is None and (not taken or RESCAN_ALL in taken)
+            # Pending until the sync below has committed them: a reply meanwhile must not
+            # find them in neither place (a 7 MB daily log takes seconds).
+            state.running |= taken
         started = time.time()
         try:
             # Only the paths the watcher or an append named, unless a rescan was asked for.
@@ -390,9 +475,14 @@ class Indexer:
         except BaseException:
             with self._lock:
                 state.dirty |= taken
+                state.running -= taken
             raise
-        if everything:
-            state.sync_started_at = started
+        with self._lock:
+            state.running -= taken
+            if everything:
+                state.sync_started_at = started
+            if walk and not report.errors:
+                state.rescanned_at = max(state.rescanned_at, started)
         ws.last_report = report
         # "missing" after a sync means rows without an identity (an index from an older
         # memd): like a changed model, that takes a rebuild, or it would stay keyword-only.
@@ -428,33 +518,77 @@ class Indexer:
                 ws.syncer.embed_pending(max_files=1, max_chars=EMBED_STEP_CHARS)
             except Exception as exc:
                 logger.warning("embedding in %s failed: %s", ws.name, exc)
+            self._stepped()
             return
 
-    def _start_rebuild(self, ws: Workspace, future: Future[SyncReport] | None) -> None:
-        state = self._state(ws.root)
+    def _join_rebuild(self, ws: Workspace, future: Future[SyncReport]) -> bool:
+        """Make ``future`` wait for the rebuild of ``ws`` that runs, if one does."""
         with self._lock:
-            running = state.rebuild is not None and state.rebuild.is_alive()
-        if running:
-            if future is not None:
-                future.set_exception(RuntimeError(f"{ws.name}: a rebuild is already running"))
+            state = self._states.get(ws.root)
+            if state is None or state.waiters is None:
+                return False
+            state.waiters.append(future)
+            return True
+
+    def _start_rebuild(self, ws: Workspace, future: Future[SyncReport] | None) -> None:
+        """Rebuild ``ws`` on a thread of its own; ``future`` (and whoever joins meanwhile)
+        resolves with its report. One already running is joined instead."""
+        if future is not None and self._join_rebuild(ws, future):
             return
+        problem = ws.root_problem()
+        if problem is not None:
+            if future is not None:
+                future.set_exception(PathRefused(problem))
+            return
+        reason = "forced" if future else ws.syncer.state()[1]
 
         def run() -> None:
             reads_first()
+            report: SyncReport | None = None
+            error: BaseException | None = None
             try:
-                report = ws.syncer.rebuild(reason="forced" if future else ws.syncer.state()[1])
+                report = ws.syncer.rebuild(reason=reason, progress=self._rebuild_progress)
                 ws.last_report = report
-                if future is not None:
-                    future.set_result(report)
+                # What the live index still lacks after the swap: the vectors of files that
+                # changed while it was built (the writer embeds them next).
+                with ws.index.reader() as store:
+                    report.pending_files = store.pending_count()
+            except _RebuildCancelled:
+                logger.info("rebuild of %s abandoned: memd is stopping (old index kept)", ws.name)
+                error = Busy("memd is shutting down: the rebuild was abandoned, old index kept")
             except BaseException as exc:
                 logger.exception("rebuild of %s failed", ws.name)
-                if future is not None:
-                    future.set_exception(exc)
+                error = exc
+            finally:
+                with self._lock:
+                    waiters, state.waiters = state.waiters or [], None
+                for waiting in waiters:
+                    if waiting.done() or not _claim(waiting):
+                        continue
+                    if error is not None or report is None:
+                        waiting.set_exception(error or RuntimeError("the rebuild gave no report"))
+                    else:
+                        waiting.set_result(report)
 
-        thread = threading.Thread(target=run, name=f"memd-rebuild-{ws.name}", daemon=True)
         with self._lock:
+            state = self._states.setdefault(ws.root, _State())
+            if self._abandon.is_set():  # checked under the lock stop() collects threads with
+                if future is not None:
+                    future.set_exception(Busy("memd is shutting down"))
+                return
+            if state.waiters is not None:  # another started it meanwhile
+                if future is not None:
+                    state.waiters.append(future)
+                return
+            state.waiters = [future] if future is not None else []
+            thread = threading.Thread(target=run, name=f"memd-rebuild-{ws.name}", daemon=True)
             state.rebuild = thread
         thread.start()
+
+    def _rebuild_progress(self, phase: str, done: int, total: int) -> None:
+        """Called by a rebuild between files and embedding steps: stop it when memd stops."""
+        if self._abandon.is_set():
+            raise _RebuildCancelled
 
 
 def _claim(future: Future[Any]) -> bool:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,7 @@ from memd.text import first_control
 from memd_client.errors import BadRequest, UnknownWorkspace
 
 __all__ = [
+    "DirIdentity",
     "Workspace",
     "Workspaces",
     "check_name",
@@ -34,6 +37,43 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DirIdentity:
+    """Which directory a workspace path named when it was registered: an unmounted drive or a
+    directory put in place of another has the same path and another identity."""
+
+    device: int
+    inode: int
+    fsid: int  # the filesystem's own id (statvfs): stable where device numbers are not
+
+    @classmethod
+    def of(cls, path: Path) -> DirIdentity | None:
+        """The identity of the directory at ``path`` (None: no directory there)."""
+        try:
+            st = os.stat(path)
+            fsid = os.statvfs(path).f_fsid
+        except (OSError, ValueError):
+            return None
+        return cls(st.st_dev, st.st_ino, fsid) if stat.S_ISDIR(st.st_mode) else None
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> DirIdentity | None:
+        """The identity a registry entry recorded (None for an entry from an older memd)."""
+        values = [entry.get(k) for k in ("device", "inode", "fsid")]
+        ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        return cls(*ints) if len(ints) == 3 else None
+
+    def to_entry(self) -> dict[str, int]:
+        return {"device": self.device, "inode": self.inode, "fsid": self.fsid}
+
+    def same(self, other: DirIdentity) -> bool:
+        """The same directory: its inode, on the same device (or, as device numbers may change
+        when a drive is mounted again, the same filesystem)."""
+        return self.inode == other.inode and (
+            self.device == other.device or (self.fsid != 0 and self.fsid == other.fsid)
+        )
 
 
 @dataclass
@@ -48,11 +88,26 @@ class Workspace:
     last_report: SyncReport | None = None
     sessions_dir: Path | None = None
     agent_id: str = ""
+    identity: DirIdentity | None = None  # of the root, when it was registered
     dreams: DreamPlace | None = None  # where its dreaming keeps its files (memd's state)
 
     @property
     def dream_place(self) -> DreamPlace:
         return self.dreams or DreamPlace.inside(self.root)
+
+    def root_problem(self) -> str | None:
+        """Why the workspace directory cannot be followed now: gone, or not the directory that
+        was registered (a drive unmounted, a directory put in its place). None when it can."""
+        now = DirIdentity.of(self.root)
+        if now is None:
+            return f"the workspace directory {self.root} is gone (deleted, moved or unmounted)"
+        if self.identity is not None and not self.identity.same(now):
+            return (
+                f"the workspace directory {self.root} is not the one registered (another "
+                "device or inode: unmounted, or replaced); its index is kept as it was. Mount "
+                f"it again, or follow the directory there now: memctl workspace add {self.root}"
+            )
+        return None
 
 
 MAX_NAME_CHARS = 64
@@ -123,11 +178,13 @@ class Workspaces:
         extra_paths: tuple[str, ...] = (),
         sessions_dir: str = "",
         agent_id: str = "",
+        identity: DirIdentity | None = None,
     ) -> Workspace:
         """Register a workspace directory (idempotent) and open its index.
 
         ``sessions_dir`` adds the agent's transcripts as a second source; they belong to
-        ``agent_id`` (default: the workspace name).
+        ``agent_id`` (default: the workspace name). ``identity``: the directory's when it was
+        registered (from the registry file); by default the directory's now.
         """
         root = _directory(path)
         if root is None:
@@ -164,6 +221,7 @@ class Workspaces:
                 syncer,
                 sessions_dir=syncer.sessions_dir,
                 agent_id=agent_id or name,
+                identity=identity or DirIdentity.of(root),
                 dreams=DreamPlace(root, dreams_folder(self.config, root)),
             )
             try:
@@ -254,6 +312,7 @@ class Workspaces:
                 extra_paths=tuple(entry.get("extra_paths") or ()),
                 sessions_dir=entry.get("sessions_dir") or "",
                 agent_id=entry.get("agent_id") or "",
+                identity=DirIdentity.from_entry(entry),
             )
         except UnknownWorkspace:
             if path not in self.missing:

@@ -25,7 +25,7 @@ from memd.readers import ReaderPool
 from memd.redact import redact
 from memd.registry import Workspace, Workspaces
 from memd.search import SearchOptions, SearchOutcome, search
-from memd.sessions import is_transcript_name, read_jsonl_lines
+from memd.sessions import is_transcript_name, list_transcripts, read_jsonl_lines
 from memd_client.errors import BadRequest, PathRefused, ProviderUnavailable
 
 __all__ = ["MemoryService"]
@@ -224,6 +224,14 @@ class MemoryService:
         vec = ws.index.vec
         syncer = ws.syncer
         activity = syncer.rebuild_activity or syncer.activity or syncer.backlog
+        # Transcripts count among the files on disk as among those indexed; one memd cannot
+        # read is skipped (and says why), never indexed with nothing in it.
+        sessions = syncer.transcripts
+        transcripts_on_disk = len(list_transcripts(sessions.directory)[0]) if sessions else 0
+        unreadable = sorted(
+            (p, why) for p, (_, _, why) in (sessions.unreadable if sessions else {}).items()
+        )
+        skipped = [*found.skipped, *unreadable]
         return {
             "workspace": ws.name,
             # What is being done now (None: idle): files and chunks done of total, the
@@ -235,25 +243,30 @@ class MemoryService:
             "index_bytes": ws.index.path.stat().st_size if ws.index.path.exists() else 0,
             "generation": generation,
             "identity": {"state": state, "reason": reason, **identity},
-            "files_on_disk": len(found.files),
+            "files_on_disk": len(found.files) + transcripts_on_disk,
             "files_indexed": counts["files"],
+            "transcripts": {
+                "on_disk": transcripts_on_disk,
+                "indexed": by_source.get("sessions", {}).get("files", 0),
+            },
             "files_stale": len(stale) + len(removed),
             "files_pending": counts["pending_files"],
-            "files_skipped": [{"path": p, "reason": r} for p, r in found.skipped],
+            "files_skipped": [{"path": p, "reason": r} for p, r in skipped],
             "file_errors": errors,
             "chunks": counts["chunks"],
             "sources": by_source,
             "vectors": counts["vectors"],
             "vectors_match_chunks": counts["vectors"] == counts["embedded_chunks"],
-            # Skipped files are not searchable, and a vanished directory cannot be followed:
-            # neither is a clean index.
+            # Skipped files are not searchable, a directory gone or replaced cannot be
+            # followed, and a rebuild replaces the index: none of them is a clean index.
             "dirty": bool(
                 stale
                 or removed
                 or counts["pending_files"]
                 or state == "mismatched"
-                or found.skipped
-                or not ws.root.is_dir()
+                or skipped
+                or syncer.rebuilding
+                or ws.root_problem()
             ),
             "provider": {
                 "requested": self.choice.requested,

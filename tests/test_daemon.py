@@ -422,16 +422,16 @@ def test_replies_that_find_the_count_old_together_take_one_new_count(
 
     inside, most = 0, 0
     lock = threading.Lock()
-    real = freshness_module.count_stale
+    real = freshness_module.stale_keys
 
-    def slow(store: Any, root: Path, keys: set[str]) -> int:
+    def slow(store: Any, root: Path, keys: set[str], **kw: Any) -> set[str]:
         nonlocal inside, most
         with lock:
             inside += 1
             most = max(most, inside)
         try:
             time.sleep(0.3)
-            return real(store, root, keys)
+            return real(store, root, keys, **kw)
         finally:
             with lock:
                 inside -= 1
@@ -452,7 +452,7 @@ def test_replies_that_find_the_count_old_together_take_one_new_count(
         held = daemon.parts.indexer.dream(agent, lambda: {"waited": release.wait(60)})
         try:
             edit_100_files_until_pending(c, ws)
-            monkeypatch.setattr(freshness_module, "count_stale", slow)
+            monkeypatch.setattr(freshness_module, "stale_keys", slow)
             time.sleep(freshness_module.RECOUNT_AFTER_S)  # the kept count is old now
             threads = [threading.Thread(target=search) for _ in range(6)]
             for t in threads:
@@ -476,13 +476,13 @@ def test_a_bulk_edit_is_recounted_once_a_second_not_for_every_reply(
     from memd import freshness as freshness_module
 
     checks: list[str] = []
-    real = freshness_module.count_stale
+    real = freshness_module.stale_keys
 
-    def spy(store: Any, root: Path, keys: set[str]) -> int:
+    def spy(store: Any, root: Path, keys: set[str], **kw: Any) -> set[str]:
         checks.extend(keys)
-        return real(store, root, keys)
+        return real(store, root, keys, **kw)
 
-    monkeypatch.setattr(freshness_module, "count_stale", spy)
+    monkeypatch.setattr(freshness_module, "stale_keys", spy)
     with client(daemon) as c:
         c.call("workspace_add", path=str(ws), name="agent")
         c.call("reindex", workspace="agent")

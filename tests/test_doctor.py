@@ -49,6 +49,7 @@ def test_healthy_run_has_no_failure(monkeypatch: pytest.MonkeyPatch) -> None:
         "socket directory",
         "private state",
         "daemon",
+        "workspaces",
         "inotify",
         "disk space",
         "service",

@@ -160,3 +160,37 @@ def test_transcript_get_is_redacted(daemon: Daemon, ws: Path) -> None:
         got = c.get("agent", "sessions/abc.jsonl", from_line=total, lines=1)
     assert "Zq8Zq8" not in got["text"] and "horse battery" not in got["text"]
     assert "[REDACTED]" in got["text"]
+
+
+def test_status_counts_transcripts_on_both_sides_and_reports_an_unreadable_one(
+    daemon: Daemon, ws: Path
+) -> None:
+    from memd.ctl import display
+    from memd.ctl.doctor import check_workspaces
+
+    sessions = ws.parent / "sessions"
+    (sessions / "other.jsonl").write_text(json.dumps({"role": "user", "content": "hi"}) + "\n")
+    with as_(daemon) as c:
+        c.reindex("agent")
+        status = c.status("agent")
+        st = status["workspaces"][0]
+        found = c.search("agent", "quarterly budget", wait_ms=2000)
+    # MEMORY.md and one transcript indexed, of three files on disk (one unreadable)
+    assert (st["files_indexed"], st["files_on_disk"]) == (2, 3)
+    assert st["transcripts"] == {"on_disk": 2, "indexed": 1}
+    assert st["files_skipped"] == [
+        {"path": "sessions/other.jsonl", "reason": st["files_skipped"][0]["reason"]}
+    ]
+    assert "not a transcript memd reads" in st["files_skipped"][0]["reason"]
+    assert st["dirty"] and st["freshness"]["skipped_files"] == 1
+    assert not found["freshness"]["fresh"] and found["freshness"]["skipped_files"] == 1
+    text = "\n".join(display.status_lines(status, time.time()))
+    assert "Indexed: 2/3 files (1/2 transcripts)" in text
+    assert "Skipped: sessions/other.jsonl (not a transcript memd reads" in text
+    doctor = check_workspaces(status)
+    assert doctor.status == "warn" and "sessions/other.jsonl" in doctor.detail
+    (sessions / "other.jsonl").unlink()
+    with as_(daemon) as c:
+        c.reindex("agent")
+        st = c.status("agent")["workspaces"][0]
+    assert (st["files_indexed"], st["files_on_disk"], st["files_skipped"]) == (2, 2, [])

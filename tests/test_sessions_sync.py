@@ -90,3 +90,54 @@ def test_deleted_transcript_is_pruned(setup: tuple[Syncer, Path]) -> None:
     assert syncer.sessions_due()
     report = syncer.sync()
     assert report.removed == 1 and rows(syncer) == []
+
+
+def test_a_message_edited_in_place_is_reindexed_at_the_next_sync(
+    setup: tuple[Syncer, Path],
+) -> None:
+    """An edit that keeps the size (or grows it less than the delta) is a rewrite, not an
+    append: the indexed bytes changed, so it is due at once, not after ``reindex --force``."""
+    syncer, path = setup
+    path.write_text(path.read_text().replace("the cat is Tom", "the cat is Ida"))  # same size
+    assert syncer.sessions_due()
+    syncer.sync()
+    with syncer.index.reader() as store:
+        assert store.reads.keyword_candidates('"Ida"', None, 5)
+        assert not store.reads.keyword_candidates('"Tom"', None, 5)
+    path.write_text(path.read_text().replace("hello there", "hello there, again"))  # +7 bytes
+    assert syncer.sessions_due()
+    syncer.sync()
+    with syncer.index.reader() as store:
+        assert store.reads.keyword_candidates('"again"', None, 5)
+
+
+def test_a_transcript_in_another_format_is_reported_not_indexed(
+    setup: tuple[Syncer, Path],
+) -> None:
+    syncer, path = setup
+    other = path.with_name("claude.jsonl")  # the records of another agent's transcripts
+    other.write_text(
+        json.dumps({"type": "user", "message": {"role": "user", "content": "my dog is Rex"}})
+        + "\n"
+        + json.dumps({"role": "assistant", "content": "Noted."})
+        + "\n"
+    )
+    report = syncer.sync()
+    assert [p for p, _ in report.skipped] == ["sessions/claude.jsonl"]
+    why = dict(report.skipped)["sessions/claude.jsonl"]
+    assert "not a transcript memd reads" in why and '"type": "message"' in why
+    assert [r[0] for r in rows(syncer)] == ["sessions/s1.jsonl"], "no row: not indexed"
+    assert syncer.transcripts is not None and set(syncer.transcripts.unreadable) == {
+        "sessions/claude.jsonl"
+    }
+    assert not syncer.sessions_due(), "read again only when it changes"
+    # A session that just began (a header, no message yet) is no such problem.
+    path.with_name("new.jsonl").write_text(json.dumps({"type": "session", "id": "n"}) + "\n")
+    assert syncer.sync().skipped == [("sessions/claude.jsonl", why)]
+    # Rewritten in the format memd reads: indexed, and no longer reported.
+    other.write_text(msg("my dog is Rex"))
+    assert syncer.sessions_due()
+    report = syncer.sync()
+    assert report.skipped == [] and not syncer.transcripts.unreadable
+    with syncer.index.reader() as store:
+        assert store.reads.keyword_candidates('"Rex"', None, 5)

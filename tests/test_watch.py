@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -497,3 +498,127 @@ def test_layout_keys(tmp_path: Path, workspace: Path) -> None:
     assert layout.key_for(f"{cache_notes}/.venv/n.md", is_dir=False) is None
     assert layout.key_for(str(tmp_path / "one.md"), is_dir=False) == "../one.md"
     assert layout.key_for(str(tmp_path / "two.md"), is_dir=False) is None
+
+
+def test_debouncer_keys_being_delivered_are_still_pending() -> None:
+    """Between the debouncer handing a batch over and the writer holding it, a reply asking
+    what is pending must find it in one place or the other, never in neither."""
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(keys: set[str]) -> None:
+        inside.set()
+        release.wait(WAIT_S)
+
+    with Debouncer(slow, 0.0) as d:
+        d.push("memory/a.md")
+        assert inside.wait(WAIT_S)
+        assert d.pending_keys() == {"memory/a.md"}
+        release.set()
+        deadline = time.monotonic() + WAIT_S
+        while d.pending_keys() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert d.pending_keys() == set()
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
+
+
+def probe_of(root: Path, extras: tuple[str, ...] = ()) -> tuple[Any, Recorder]:
+    from memd.watch.probe import ChangeProbe
+
+    seen = Recorder()
+    probe = ChangeProbe(WatchLayout.build(root, extras), seen)
+    assert probe.start(), probe.dead
+    return probe, seen
+
+
+@linux_only
+def test_the_probe_knows_an_edit_as_soon_as_the_write_returns(workspace: Path) -> None:
+    """No thread in between: the reply that reads the probe after a write sees it."""
+    probe, seen = probe_of(workspace)
+    try:
+        armed = probe.view()
+        assert armed is not None and armed.keys == frozenset()
+        for n in range(50):  # each at once, not after some delay
+            (workspace / "memory" / f"n{n}.md").write_text("x\n")
+            view = probe.view()
+            assert view is not None and f"memory/n{n}.md" in view.keys
+        with (workspace / "MEMORY.md").open("a") as f:
+            f.write("appended\n")
+            f.flush()
+            view = probe.view()  # still open: the write itself is seen
+        assert view is not None and "MEMORY.md" in view.keys
+        assert "MEMORY.md" in seen.keys, "what it saw goes on to the writer"
+        probe.view()  # the close, too
+        probe.settle({"MEMORY.md"})  # found indexed as it is on disk
+        view = probe.view()
+        assert view is not None and "MEMORY.md" not in view.keys
+        (workspace / "MEMORY.md").write_text("rewritten\n")  # a later edit: known again
+        view = probe.view()
+        assert view is not None and "MEMORY.md" in view.keys
+        (workspace / "notes.txt").write_text("not memory\n")
+        (workspace / "memory" / "x.txt").write_text("not memory\n")
+        view = probe.view()
+        assert view is not None and not {"notes.txt", "memory/x.txt"} & view.keys
+    finally:
+        probe.close()
+
+
+@linux_only
+def test_the_probe_watches_new_folders_and_asks_for_a_rescan(workspace: Path) -> None:
+    probe, seen = probe_of(workspace)
+    try:
+        before = probe.view()
+        assert before is not None
+        (workspace / "memory" / "sub" / "deeper").mkdir(parents=True)
+        view = probe.view()
+        assert view is not None and view.rescan_after > before.rescan_after
+        assert RESCAN_ALL in seen.keys
+        (workspace / "memory" / "sub" / "deeper" / "y.md").write_text("y\n")
+        view = probe.view()
+        assert view is not None and "memory/sub/deeper/y.md" in view.keys
+    finally:
+        probe.close()
+
+
+@linux_only
+def test_the_probe_asks_for_a_rescan_when_the_kernel_drops_events(workspace: Path) -> None:
+    limit = Path("/proc/sys/fs/inotify/max_queued_events")
+    queue = int(limit.read_text()) if limit.exists() else 16384
+    probe, seen = probe_of(workspace)
+    try:
+        before = probe.view()
+        assert before is not None
+        for n in range(queue // 2 + 100):  # two events a file (create, close): over the queue
+            (workspace / "memory" / f"b{n}.md").touch()
+        view = probe.view()
+        assert view is not None and view.rescan_after > before.rescan_after
+        assert RESCAN_ALL in seen.keys
+    finally:
+        probe.close()
+
+
+@linux_only
+def test_the_probe_gives_up_when_the_workspace_directory_goes(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    probe, seen = probe_of(root)
+    try:
+        root.rename(tmp_path / "elsewhere")
+        assert probe.view() is None and probe.dead
+        assert RESCAN_ALL in seen.keys
+    finally:
+        probe.close()
+
+
+@linux_only
+def test_a_watcher_runs_a_probe_while_it_watches_natively(
+    workspace: Path, make_watcher: MakeWatcher
+) -> None:
+    w, _ = make_watcher(debounce_ms=60_000)
+    view = w.probe()
+    assert w.backend == "inotify" and view is not None
+    (workspace / "memory" / "z.md").write_text("z\n")
+    view = w.probe()
+    assert view is not None and "memory/z.md" in view.keys
+    assert "memory/z.md" in w.pending_keys(), "handed to the debouncer at once"

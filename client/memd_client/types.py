@@ -158,6 +158,8 @@ class WatcherStatus(TypedDict):
     pending_keys: NotRequired[list[str]]
     restarts: NotRequired[int]
     last_event_at: NotRequired[float | None]
+    rescan_at: NotRequired[float | None]  # when a rescan was last asked for
+    probe_error: NotRequired[str | None]  # why no change probe runs (replies need wait_ms)
 
 
 class RecallStoreCounts(TypedDict, total=False):
@@ -181,7 +183,7 @@ class DreamingStatus(TypedDict):
 class WorkspaceStatus(TypedDict):
     workspace: str
     root: str
-    files_on_disk: int
+    files_on_disk: int  # memory files and session transcripts
     files_indexed: int
     files_pending: int
     chunks: int
@@ -208,6 +210,7 @@ class WorkspaceStatus(TypedDict):
     checked_at: NotRequired[float]
     rebuilding: NotRequired[bool]
     progress: NotRequired[dict[str, Any] | None]
+    transcripts: NotRequired[dict[str, int]]  # on_disk, indexed: among the counts above
 
 
 class StatusResult(TypedDict):

@@ -165,10 +165,11 @@ def _workspace_lines(
     ws: Mapping[str, Any], now: float, style: Style, *, provider: bool = True
 ) -> Iterator[str]:
     yield style(str(ws.get("workspace", "?")), "cyan") + f" ({ws.get('root', '?')})"
-    yield (
-        f"  Indexed: {ws.get('files_indexed', '?')}/{ws.get('files_on_disk', '?')} files"
-        f" · {ws.get('chunks', '?')} chunks · {ws.get('files_pending', '?')} pending"
-    )
+    indexed = f"  Indexed: {ws.get('files_indexed', '?')}/{ws.get('files_on_disk', '?')} files"
+    transcripts = ws.get("transcripts") or {}
+    if transcripts.get("on_disk"):  # counted among the files, on disk as in the index
+        indexed += f" ({transcripts.get('indexed', 0)}/{transcripts['on_disk']} transcripts)"
+    yield f"{indexed} · {ws.get('chunks', '?')} chunks · {ws.get('files_pending', '?')} pending"
     progress = ws.get("progress")
     if progress:
         yield "  " + style(progress_text(progress), "yellow")

@@ -103,6 +103,7 @@ def run_checks(
         ("socket directory", lambda: check_socket_dir(socket)),
         ("private state", lambda: check_private_state(config)),
         ("daemon", daemon),
+        ("workspaces", lambda: check_workspaces(status_box[0])),
         ("inotify", lambda: check_inotify(config, status_box[0])),
         ("disk space", lambda: check_disk(config)),
         ("service", check_service),
@@ -432,6 +433,31 @@ def check_daemon(socket: Path | None) -> tuple[Check, dict[str, Any] | None]:
     return Check(name, "ok", detail), dict(status)
 
 
+def check_workspaces(status: Mapping[str, Any] | None) -> Check:
+    """What each workspace's index cannot follow: its directory gone or replaced, the watcher,
+    files found but not indexed (too large, transcripts in a format memd does not read)."""
+    name = "workspaces"
+    if status is None:
+        return Check(name, "skip", "memd is not running")
+    findings = []
+    for w in status.get("workspaces") or []:
+        ws = w.get("workspace")
+        findings += [f"{ws}: {p}" for p in (w.get("freshness") or {}).get("problems") or []]
+        findings += [
+            f"{ws}: {s.get('path')} not indexed ({s.get('reason')})"
+            for s in w.get("files_skipped") or []
+        ]
+    if not findings:
+        return Check(name, "ok", f"{len(status.get('workspaces') or [])} workspace(s) followed")
+    return Check(
+        name,
+        "warn",
+        "; ".join(findings),
+        "a transcript must be OpenClaw JSONL (README: Session transcripts); split a file over "
+        "index.max_file_bytes or raise the limit; mount or re-add a directory that moved",
+    )
+
+
 # -- inotify ----------------------------------------------------------------------------------
 
 
@@ -444,8 +470,12 @@ def check_inotify(config: Config, status: Mapping[str, Any] | None, proc: Path =
     max_instances = int((proc / "max_user_instances").read_text().strip())
     roots = _watched_workspaces(config, status)
     dirs = sum(_count_watches(root, extras) for root, extras in roots.items())
+    # Two watches a directory: the watcher's and its change probe's (memd/watch/probe.py),
+    # which is an inotify instance of its own per workspace.
+    watches = 2 * dirs
     detail = (
-        f"{dirs} director{'y' if dirs == 1 else 'ies'} in {len(roots)} workspace(s); "
+        f"{dirs} director{'y' if dirs == 1 else 'ies'} in {len(roots)} workspace(s) "
+        f"({watches} watches); "
         f"limits: max_user_watches {max_watches}, max_user_instances {max_instances}"
     )
     watcher_errors = [
@@ -453,22 +483,22 @@ def check_inotify(config: Config, status: Mapping[str, Any] | None, proc: Path =
         for w in (status or {}).get("workspaces") or []
         if "inotify" in str((w.get("watcher") or {}).get("reason") or "")
     ]
-    want = max(524288, 2 * dirs)
+    want = max(524288, 2 * watches)
     fix_watches = (
         f"sudo sysctl fs.inotify.max_user_watches={want} (persist it in /etc/sysctl.d/60-memd.conf)"
     )
     if watcher_errors:
         return Check(name, "fail", f"{detail}; watcher: {'; '.join(watcher_errors)}", fix_watches)
-    if dirs >= max_watches:
+    if watches >= max_watches:
         return Check(name, "fail", f"{detail}: more directories than watches", fix_watches)
-    if len(roots) >= max_instances:
+    if len(roots) + 1 >= max_instances:
         return Check(
             name,
             "fail",
             f"{detail}: more workspaces than inotify instances",
             f"sudo sysctl fs.inotify.max_user_instances={max(1024, 2 * len(roots))}",
         )
-    if dirs > max_watches // 2:
+    if watches > max_watches // 2:
         return Check(
             name,
             "warn",

@@ -36,7 +36,7 @@ from memd.index.report import Activity, IndexEntry, SyncReport
 from memd.index.store import FileRow, NewChunk, Store, VectorStore
 from memd.index.transcripts import Transcripts
 from memd.markdown.discover import SourceFile, discover, memory_file, read_regular
-from memd.redact import redact
+from memd.redact import reads_whole_text, redact
 from memd.sessions.transcript import map_lines
 from memd.watch.layout import RESCAN_SESSIONS, RESCANS
 
@@ -104,6 +104,9 @@ class Syncer:
         # Files the last full reconcile found and could not index (too large), with why:
         # every reply's freshness counts them, so nothing unsearchable is reported fresh.
         self.skipped: list[tuple[str, str]] = []
+        # Files over index.max_file_bytes, indexed only in part, and their sizes.
+        self.partial: dict[str, int] = {}
+        self.tails = 0  # files indexed again from their resume point only (they grew)
         self.retry_at = 0.0  # time.monotonic() of the next allowed attempt
         # Held by every write to the live index; a rebuild holds it only to publish.
         self.lock = threading.RLock()
@@ -279,7 +282,7 @@ class Syncer:
                     store.set_identity(expected.to_dict())
                     store.ensure_vector_table()
                 self._reconcile(store, report, progress, fresh=True)
-                self._embed_pending(store, report, progress, act=act)
+                self._embed_rebuilt(store, report, progress, act)
                 counts = store.counts()
                 if counts["pending_files"]:
                     raise _RebuildAborted(
@@ -289,15 +292,18 @@ class Syncer:
                     raise _RebuildAborted(
                         f"vector rows ({counts['vectors']}) differ from chunk rows ({counts['chunks']})"
                     )
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                conn.close()
-                conn = None
+                # Files changed while it was built: the new file catches up, vectors too, and
+                # again under the lock (keyword rows: what changed in between is embedded by
+                # the writer) before a search can read it: no reply finds it behind the index
+                # it replaces.
+                self._reconcile(store, SyncReport(), progress, fresh=False)
+                self._embed_rebuilt(store, SyncReport(), progress, act)
                 with self.lock:
+                    self._reconcile(store, SyncReport(), None, fresh=False)
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    conn.close()
+                    conn = None
                     self.index.swap_in(temp)
-                    # Files may have changed while the new index was built: catch up now.
-                    writer = self.index.writer()
-                    self._reconcile(writer, SyncReport(), None, fresh=False)
-                    self._embed_pending(writer, SyncReport(), None)
                 self.last_sync = time.time()
         except BaseException as exc:
             if conn is not None:

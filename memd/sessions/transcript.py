@@ -1,5 +1,13 @@
 """Session transcripts: which files count, and how a JSONL transcript renders to indexable text
-(``User: …`` / ``Assistant: …`` lines with a map back to JSONL line numbers)."""
+(``User: …`` / ``Assistant: …`` lines with a map back to JSONL line numbers).
+
+The format read is OpenClaw's: one JSON object per line, each with a string ``type``. A line
+``{"type": "message", "message": {"role": "user" | "assistant", "content": ...}}`` is a message
+(``content`` a string, or a list of blocks whose ``{"type": "text", "text": ...}`` are read);
+other records (session headers, tool results, model changes) are skipped. A file of which no
+line is a message and some are not records of this kind (other JSON, other chat formats, not
+JSON) is not a transcript memd reads: it is reported, never counted as indexed.
+"""
 
 from __future__ import annotations
 
@@ -37,6 +45,8 @@ _ARCHIVED = re.compile(r"[^/\ud800-\udfff]+\.jsonl\.(?:reset|deleted)\.[^/\ud800
 _WS = re.compile(r"\s+")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _LABELS = {"user": "User", "assistant": "Assistant"}
+# Record types of other chat formats (Claude Code's {"type": "user", "message": ...}, ...).
+_OTHER_FORMATS = frozenset({"user", "assistant", "human", "ai", "system"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +69,19 @@ class Rendered:
     timestamps: list[int]
     hash: str
     dreaming_narrative: bool = False
+    foreign: int = 0  # complete lines that are not records of this format
+    lines: int = 0  # complete, non-blank lines
+
+    @property
+    def unreadable(self) -> str | None:
+        """Why this is not a transcript memd reads (None when it is one, if without messages)."""
+        if self.line_map or self.dreaming_narrative or not self.foreign:
+            return None
+        return (
+            f"not a transcript memd reads: {self.foreign} of {self.lines} lines are not "
+            'OpenClaw records, and none is a message ({"type": "message", "message": '
+            '{"role": "user", "content": ...}})'
+        )
 
 
 def is_archived(name: str) -> bool:
@@ -199,14 +222,24 @@ def render(data: bytes, redact: Callable[[str], str] | None = None) -> Rendered:
     line_map: list[int] = []
     timestamps: list[int] = []
     dreaming = False
-    for number, raw in enumerate(data.decode("utf-8", errors="replace").split("\n"), start=1):
+    foreign = complete = 0
+    raw_lines = data.decode("utf-8", errors="replace").split("\n")
+    for number, raw in enumerate(raw_lines, start=1):
         if dreaming or not raw.strip():
             continue
         record = _parse(raw)
+        # The last line without its newline may be a record still being written.
+        written = number < len(raw_lines) or record is not None
+        complete += written
         if record is None:
+            foreign += written
             continue
         if _is_dreaming_record(record):
             dreaming = True
+            continue
+        kind = record.get("type")
+        if not isinstance(kind, str) or kind in _OTHER_FORMATS:
+            foreign += 1
             continue
         message = record.get("message")
         if record.get("type") != "message" or not isinstance(message, dict):
@@ -215,15 +248,19 @@ def render(data: bytes, redact: Callable[[str], str] | None = None) -> Rendered:
         label = _LABELS.get(role) if isinstance(role, str) else None
         if label is None:
             continue
-        text = _normalise(_content_text(message.get("content")))
+        content = _content_text(message.get("content"))
+        text = _normalise(content)
         if not text:
             continue
         if _DREAMING_PROMPT in text:
             dreaming = True
             continue
         if redact is not None:
-            # Re-normalised so a redaction can never break the one-line-per-message shape.
-            text = _normalise(redact(text))
+            # Redacted with its lines (a key split over table rows or wrapped onto the next
+            # line is only seen so), then as the one line it renders to (a value on the line
+            # after its name is only seen so).
+            text = _normalise(redact(content))
+            text = _normalise(redact(text)) if text else text
             if not text:
                 continue
         lines.append(f"{label}: {text}")
@@ -235,7 +272,7 @@ def render(data: bytes, redact: Callable[[str], str] | None = None) -> Rendered:
             "utf-8"
         )
     ).hexdigest()
-    return Rendered(text, line_map, timestamps, digest, dreaming)
+    return Rendered(text, line_map, timestamps, digest, dreaming, foreign, complete)
 
 
 def map_lines(line_map: Sequence[int], start: int, end: int) -> tuple[int, int]:

@@ -38,6 +38,9 @@ class Debouncer:
         self._max_wait_s = max_wait_s
         self._cond = threading.Condition()
         self._keys: set[str] = set()
+        # The batch the callback is being given: still pending until it returns, so a reply that
+        # asks in between finds it here or in the callback's own queue, never in neither.
+        self._delivering: set[str] = set()
         self._first_at = 0.0  # monotonic time of the first key of the pending batch
         self._last_at = 0.0  # monotonic time of the latest key
         self._flush = False
@@ -81,9 +84,9 @@ class Debouncer:
             return len(self._keys)
 
     def pending_keys(self) -> set[str]:
-        """A copy of the keys waiting for delivery."""
+        """A copy of the keys waiting for delivery, with the batch being delivered."""
         with self._cond:
-            return set(self._keys)
+            return self._keys | self._delivering
 
     def stop(self, timeout: float | None = 10.0) -> None:
         """Deliver what is pending, stop the thread and join it."""
@@ -108,6 +111,7 @@ class Debouncer:
     def _take(self) -> set[str]:
         with self._cond:
             keys, self._keys = self._keys, set()
+            self._delivering = keys
             self._flush = False
             return keys
 
@@ -130,9 +134,11 @@ class Debouncer:
         self._deliver(self._take())
 
     def _deliver(self, keys: set[str]) -> None:
-        if not keys:
-            return
         try:
-            self._callback(keys)
+            if keys:
+                self._callback(keys)
         except Exception:
             logger.exception("debounced callback failed for %d key(s)", len(keys))
+        finally:
+            with self._cond:
+                self._delivering = set()

@@ -19,6 +19,7 @@ from memd.watch.fstype import network_filesystem
 from memd.watch.handler import WATCH_PRESSURE, ObserverHandler
 from memd.watch.layout import RESCAN_ALL, WatchLayout
 from memd.watch.observers import backend_name, dispose, make_observer, reader_alive
+from memd.watch.probe import ChangeProbe, ProbeView
 
 __all__ = ["ObserverFactory", "WatcherState", "Watchers", "WorkspaceWatcher"]
 
@@ -85,6 +86,11 @@ class WorkspaceWatcher:
         self._reason: str | None = None
         self._restarts = 0
         self._last_event_at: float | None = None
+        # Read by replies that claim freshness (memd/watch/probe.py); None while polling.
+        self._probe: ChangeProbe | None = None
+        self._probe_warned = False
+        self._probe_failure: str | None = None
+        self._rescan_at: float | None = None
 
     @property
     def state(self) -> WatcherState:
@@ -126,6 +132,20 @@ class WorkspaceWatcher:
         """Deliver the pending keys now instead of after the debounce delay."""
         self._debouncer.flush()
 
+    def probe(self) -> ProbeView | None:
+        """Every change made so far that is not known indexed, read from the change probe now;
+        None when nothing can vouch for the workspace (polling, no inotify, the probe lost)."""
+        probe = self._probe
+        if probe is None or self._state != "watching":
+            return None
+        return probe.view()
+
+    def settle(self, clean: set[str]) -> None:
+        """Tell the probe that ``clean`` (keys it reported) are indexed as they are on disk."""
+        probe = self._probe
+        if probe is not None:
+            probe.settle(clean)
+
     def start(self) -> None:
         """Start watching; on watch limits or a network filesystem, poll instead. Never raises."""
         with self._lock:
@@ -144,6 +164,7 @@ class WorkspaceWatcher:
                         "workspace %s: %s; polling", self._layout.root, self._poll_reason
                     )
             self._launch_or_fall_back()
+            self._tend_probe(first=True)
             logger.info(
                 "watching %s: %s (%s)", self._layout.root, self._state, self._backend or "none"
             )
@@ -156,6 +177,9 @@ class WorkspaceWatcher:
             self._stopped = True
             observer, self._observer, self._handler = self._observer, None, None
             self._state = "stopped"
+            probe, self._probe = self._probe, None
+        if probe is not None:
+            probe.close()
         if observer is not None:
             dispose(observer)
         # Outside the lock: on_change may still run here and may read this watcher.
@@ -169,7 +193,10 @@ class WorkspaceWatcher:
         """
         try:
             with self._lock:
-                return self._check()
+                try:
+                    return self._check()
+                finally:
+                    self._tend_probe()
         except Exception:
             logger.exception("file watcher health check failed")
             return False
@@ -183,13 +210,13 @@ class WorkspaceWatcher:
                 self._observer = self._handler = None
                 dispose(observer)
                 self._fail("workspace directory is missing")
-                self._debouncer.push(RESCAN_ALL)
+                self._push(RESCAN_ALL)
             return False
         if observer is None or handler is None:  # failed earlier: try again
             self._launch_or_fall_back()
             if self._observer is not None:
                 logger.info("file watcher recovered: %s", self._state)
-                self._debouncer.push(RESCAN_ALL)
+                self._push(RESCAN_ALL)
             return False
         problem: str | None = None
         if not observer.is_alive():
@@ -202,7 +229,7 @@ class WorkspaceWatcher:
             problem = handler.failure
         if problem is None:
             if handler.sync_watches():
-                self._debouncer.push(RESCAN_ALL)
+                self._push(RESCAN_ALL)
             return True
         self._restart(observer, problem)
         return False
@@ -221,7 +248,7 @@ class WorkspaceWatcher:
             self._fall_back(f"observer restarted {count} times within 60 s ({problem})")
         else:
             self._launch_or_fall_back()
-        self._debouncer.push(RESCAN_ALL)
+        self._push(RESCAN_ALL)
 
     def _launch_or_fall_back(self) -> None:
         try:
@@ -264,7 +291,7 @@ class WorkspaceWatcher:
         if not os.path.isdir(self._layout.root):
             raise FileNotFoundError(f"workspace directory is missing: {self._layout.root}")
         observer = self._factory(polling)
-        handler = ObserverHandler(self._layout, observer, self._debouncer.push, self._touch)
+        handler = ObserverHandler(self._layout, observer, self._push, self._touch)
         try:
             handler.schedule_initial()
             observer.start()
@@ -279,6 +306,56 @@ class WorkspaceWatcher:
         else:
             self._state = "watching"
             self._reason = None
+
+    def _tend_probe(self, *, first: bool = False) -> None:
+        """Read the probe (its queue stays short between replies), start one where the watcher
+        watches natively and none runs, and close it where the watcher does not."""
+        native = self._state == "watching" and self._backend == "inotify" and not self._stopped
+        probe = self._probe
+        if probe is not None and probe.dead is None and native:
+            probe.view()
+            if probe.dead is None:
+                return
+        if probe is not None:
+            probe.close()
+            self._probe = None
+        if not native or not os.path.isdir(self._layout.root):
+            return
+        probe = ChangeProbe(self._layout, self._probed)
+        if probe.start():
+            self._probe, self._probe_failure = probe, None
+            if not first:
+                self._push(RESCAN_ALL)  # what changed while no probe ran
+            return
+        self._probe_failure = probe.dead
+        if not self._probe_warned:  # retried at each health check, said once
+            self._probe_warned = True
+            logger.warning(
+                "workspace %s: %s; replies are fresh only after a rescan (wait_ms)",
+                self._layout.root,
+                probe.dead,
+            )
+
+    def _probed(self, keys: set[str]) -> None:
+        # What the probe saw goes to the writer too: watchdog may have dropped it.
+        for key in keys:
+            self._push(key)
+
+    def _push(self, key: str) -> None:
+        if key == RESCAN_ALL:
+            self._rescan_at = time.time()  # before the push: a rescan that starts later sees it
+        self._debouncer.push(key)
+
+    @property
+    def rescan_at(self) -> float | None:
+        """Wall-clock time of the last rescan asked for (a folder changed, events lost)."""
+        return self._rescan_at
+
+    @property
+    def probe_error(self) -> str | None:
+        """Why no change probe runs while the watcher watches natively, if none does."""
+        probe = self._probe
+        return self._probe_failure if probe is None else probe.dead
 
     def _make_observer(self, polling: bool) -> BaseObserver:
         return make_observer(polling=polling, poll_interval_s=self._poll_interval_s)
@@ -324,6 +401,18 @@ class Watchers:
         for watcher in watchers:
             watcher.check_health()
 
+    def probe(self, root: Path) -> ProbeView | None:
+        """The change probe of the watcher of ``root``, read now (None: none can vouch)."""
+        with self._lock:
+            watcher = self._watchers.get(root)
+        return watcher.probe() if watcher is not None else None
+
+    def settle(self, root: Path, clean: set[str]) -> None:
+        with self._lock:
+            watcher = self._watchers.get(root)
+        if watcher is not None:
+            watcher.settle(clean)
+
     def state(self, root: Path) -> dict[str, Any]:
         """What status shows of the watcher of ``root``."""
         with self._lock:
@@ -338,6 +427,8 @@ class Watchers:
             "pending": watcher.pending(),
             "pending_keys": watcher.pending_keys(),
             "last_event_at": watcher.last_event_at,
+            "rescan_at": watcher.rescan_at,
+            "probe_error": watcher.probe_error,
         }
 
     def stop(self) -> None:
