@@ -36,7 +36,7 @@ from memd.index.report import Activity, IndexEntry, SyncReport
 from memd.index.store import FileRow, NewChunk, Store, VectorStore
 from memd.index.transcripts import Transcripts
 from memd.markdown.discover import SourceFile, discover, memory_file, read_regular
-from memd.redact import reads_whole_text, redact
+from memd.redact import redact
 from memd.sessions.transcript import map_lines
 from memd.watch.layout import RESCAN_SESSIONS, RESCANS
 
@@ -52,6 +52,8 @@ RACY_NS = 2_000_000_000
 
 
 TOKEN_COUNTS_KEPT = 200_000  # about 10 MB of digests and counts
+# New text a rebuild embeds between two calls of its progress callback (which may stop it).
+REBUILD_STEP_CHARS = 16 * 1024
 
 
 def decode_memory(data: bytes) -> str:
@@ -104,9 +106,6 @@ class Syncer:
         # Files the last full reconcile found and could not index (too large), with why:
         # every reply's freshness counts them, so nothing unsearchable is reported fresh.
         self.skipped: list[tuple[str, str]] = []
-        # Files over index.max_file_bytes, indexed only in part, and their sizes.
-        self.partial: dict[str, int] = {}
-        self.tails = 0  # files indexed again from their resume point only (they grew)
         self.retry_at = 0.0  # time.monotonic() of the next allowed attempt
         # Held by every write to the live index; a rebuild holds it only to publish.
         self.lock = threading.RLock()
@@ -315,6 +314,20 @@ class Syncer:
                 logger.warning("rebuild of %s abandoned, old index kept: %s", self.root, exc)
             else:
                 raise
+
+    def _embed_rebuilt(
+        self, store: Store, report: SyncReport, progress: Progress | None, act: Activity
+    ) -> None:
+        """Embed what the new index lacks, REBUILD_STEP_CHARS of new text at a time: between
+        two steps ``progress`` is called, and may stop the rebuild (memd stopping) at once
+        rather than after a whole file of thousands of lines."""
+        while True:
+            embedded, errors = report.embedded, len(report.errors)
+            self._embed_pending(store, report, progress, max_chars=REBUILD_STEP_CHARS, act=act)
+            if len(report.errors) > errors or report.embedded == embedded:
+                return  # a failure (the file stays pending), or nothing left to embed
+            if not store.has_pending():
+                return
 
     # -- the two phases -------------------------------------------------------------------------
 
