@@ -20,6 +20,7 @@ import click
 from memd import __version__
 from memd.config import Config
 from memd.logs import configure_logging
+from memd.private import keep_private, make_private, private_directory
 from memd.service import MemoryService
 from memd_client.errors import MemdError
 
@@ -30,6 +31,9 @@ __all__ = ["main"]
 def _service(ctx: click.Context) -> Iterator[MemoryService]:
     try:
         config = Config.load(ctx.obj.get("config"))
+        # The one-shot commands write the same state as the daemon: the same rules hold.
+        private_directory(config.state_dir, "state directory")
+        make_private(config.state_dir)
         service = MemoryService(config)
     except MemdError as exc:
         raise click.ClickException(str(exc)) from None
@@ -272,4 +276,7 @@ def check_config_cmd(ctx: click.Context) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Indexes hold the text of every memory file: whatever the shell's umask, what any memd
+    # command creates (state, caches, the registry) is its user's alone.
+    keep_private()
     cli.main(args=argv, prog_name="memd")

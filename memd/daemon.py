@@ -37,7 +37,7 @@ from memd.heap import release_memory, trim_heap
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
-from memd.private import make_private
+from memd.private import make_private, open_private_file, private_directory
 from memd.readers import ReaderPool
 from memd.registry import Workspace, Workspaces, load_registry
 from memd.service import MemoryService
@@ -314,12 +314,14 @@ class Daemon:
         would both write its indexes and registry; the state directory's lock refuses the second.
         """
         prepare_directory(self.socket_path.parent)
-        self.config.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Not the user's, or writable by others: someone could have put a symlink in place
+        # of memd.lock (truncating whatever it points to) or of an index.
+        private_directory(self.config.state_dir, "state directory")
         for where, what in (
             (self.config.state_dir, f"state directory {self.config.state_dir}"),
             (self.socket_path.parent, f"socket {self.socket_path}"),
         ):
-            fd = os.open(where / "memd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = open_private_file(where / "memd.lock")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -23,8 +23,9 @@ from memd.embed.base import Embedder
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
 from memd.index.sync import Syncer, SyncReport
+from memd.private import open_private_file
 from memd.text import first_control
-from memd_client.errors import BadRequest, UnknownWorkspace
+from memd_client.errors import BadRequest, PathRefused, UnknownWorkspace
 
 __all__ = [
     "DirIdentity",
@@ -397,18 +398,23 @@ class Workspaces:
 
 
 def load_registry(path: Path) -> list[dict[str, Any]]:
-    """Registered workspaces from ``workspaces.json`` ([] when absent or unreadable)."""
+    """Registered workspaces from ``workspaces.json`` ([] when absent or unreadable). A
+    symlink or anything but a file of the user's there is refused (PathRefused)."""
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return []
+        fd = open_private_file(path, os.O_RDONLY)
+    except PathRefused:
+        if not os.path.lexists(path):
+            return []
+        raise
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read())
     except (OSError, ValueError):
         return []
-    return [
-        e
-        for e in data.get("workspaces", [])
-        if isinstance(e, dict) and isinstance(e.get("path"), str)
-    ]
+    entries = data.get("workspaces") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return []
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("path"), str)]
 
 
 def save_registry(path: Path, entries: list[dict[str, Any]]) -> None:

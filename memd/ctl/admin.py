@@ -22,6 +22,7 @@ from memd.ctl.common import (
     _style,
     _workspace_option,
 )
+from memd.private import private_directory
 from memd_client.errors import MemdError
 from memd_client.paths import user_dirs
 
@@ -80,7 +81,9 @@ def model_pull_cmd(ctx: click.Context, uri: str | None, sha256: str | None) -> N
     uri = uri or RECOMMENDED_MODEL_URI
 
     with _errors(ctx):
-        path = pull(uri, user_dirs().models, sha256=sha256, progress=progress_bar())
+        # A model directory others may write to would let them choose what memd loads.
+        models = private_directory(user_dirs().models, "model directory")
+        path = pull(uri, models, sha256=sha256, progress=progress_bar())
     click.echo(str(path))
 
 

@@ -34,6 +34,7 @@ from memd.ctl.common import (
 )
 from memd.ctl.workspaces import workspace_group
 from memd.dreams.diary import diary_lines
+from memd.private import keep_private
 
 __all__ = ["EXIT_NOT_RUNNING", "cli", "main"]
 
@@ -377,6 +378,7 @@ def reindex_cmd(
 
 def main() -> None:
     """Run memctl."""
+    keep_private()  # models, and the state its doctor and model commands write, stay private
     cli(prog_name="memctl")
 
 
