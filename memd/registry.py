@@ -12,12 +12,13 @@ import os
 import re
 import stat
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memd.atomicfile import write_atomic
-from memd.config import Config
+from memd.config import MAX_EXTRA_PATHS, Config, refused_directory, refused_extra_path
 from memd.dreams.place import DreamPlace
 from memd.embed.base import Embedder
 from memd.index.cache import EmbeddingCache
@@ -32,6 +33,7 @@ __all__ = [
     "Workspace",
     "Workspaces",
     "check_name",
+    "check_walked",
     "dreams_folder",
     "load_registry",
     "save_registry",
@@ -139,6 +141,21 @@ def _directory(path: str | Path) -> Path | None:
         return None
 
 
+def check_walked(root: Path, extra_paths: Sequence[str], sessions_dir: str | Path = "") -> None:
+    """Refuse (BadRequest) extra paths or a transcript folder memd would have to walk the
+    system or the whole home directory for, and more extra paths than memd watches."""
+    if len(extra_paths) > MAX_EXTRA_PATHS:
+        raise BadRequest(f"{len(extra_paths)} extra paths given, at most {MAX_EXTRA_PATHS}")
+    for entry in extra_paths:
+        why = refused_extra_path(root, entry)
+        if why is not None:
+            raise BadRequest(why)
+    if sessions_dir:
+        why = refused_extra_path(root, str(sessions_dir), "a transcript folder")
+        if why is not None:
+            raise BadRequest(why)
+
+
 def _slug(root: Path) -> str:
     digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name).strip("-.") or "workspace"
@@ -190,8 +207,10 @@ class Workspaces:
         root = _directory(path)
         if root is None:
             raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory")
-        if root == Path(root.anchor):
-            raise BadRequest(f"{root} cannot be a workspace: choose the agent's own directory")
+        why = refused_directory(root)
+        if why is not None:
+            raise BadRequest(f"{root} cannot be a workspace: {why}; choose the agent's own folder")
+        check_walked(root, extra_paths, sessions_dir)
         name = check_name(name or root.name)
         with self._lock:
             if root in self._workspaces:
@@ -255,6 +274,7 @@ class Workspaces:
         return which changed. A new syncer takes over when what is indexed changes: the
         caller queues a full sync. Refused while a rebuild runs (it holds the old settings)."""
         new_name = check_name(name) if name else ws.name
+        check_walked(ws.root, extra_paths or (), sessions_dir)
         new_extra = ws.extra_paths if extra_paths is None else extra_paths
         new_sessions = Path(sessions_dir).expanduser() if sessions_dir else ws.sessions_dir
         new_agent = agent_id or ws.agent_id
@@ -306,11 +326,16 @@ class Workspaces:
         """Open a workspace from the registry or the config file; one whose directory is
         missing is remembered in ``missing`` (with a warning) instead of failing the start."""
         path = str(entry.get("path", ""))
+        extra = tuple(str(e) for e in entry.get("extra_paths") or ())
+        refused = [e for e in extra if refused_extra_path(Path(path).expanduser(), e)]
+        if refused:  # written by a memd that allowed them: the workspace opens without them
+            logger.warning("workspace %s: extra paths %s left out (too broad)", path, refused)
+            extra = tuple(e for e in extra if e not in refused)
         try:
             ws = self.add(
                 path,
                 name=entry.get("name") or "",
-                extra_paths=tuple(entry.get("extra_paths") or ()),
+                extra_paths=extra,
                 sessions_dir=entry.get("sessions_dir") or "",
                 agent_id=entry.get("agent_id") or "",
                 identity=DirIdentity.from_entry(entry),
