@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from memd.redact import MARK, redact, redact_with_count
@@ -305,3 +307,22 @@ def test_pathological_layouts_finish() -> None:
     ):
         out = redact(text)
         assert out.count("\n") == text.count("\n")
+
+
+def test_json_strings_are_redacted_as_the_text_they_encode() -> None:
+    """A transcript's JSONL line holds a message's lines as `\\n` escapes and its quotes as `\\"`:
+    the redacted line is still one line of valid JSON, and redacting it again changes nothing."""
+    content = f'| key | {R40} |\n|  | {R40[:20]} |\nconfig: {{"password": "S3cret!pass"}}'
+    line = json.dumps({"type": "message", "message": {"role": "user", "content": content}})
+    out = redact(line)
+    assert "\n" not in out and R40[:20] not in out and "S3cret!pass" not in out
+    assert json.loads(out)["message"]["content"].count("\n") == 2
+    assert redact(out) == out
+    plain = json.dumps({"question": "When did Caroline go to the support group?", "id": 7})
+    assert redact(plain) == plain
+
+
+def test_a_value_alone_under_its_label_goes() -> None:
+    assert redact("Wi-Fi password:\nTr0ub4dor&3\n") == f"Wi-Fi password:\n{MARK}\n"
+    for prose in ("Token:\nThe unit a model reads.\n", "Password:\nrequired\n", "Key:\nvalue\n"):
+        assert redact(prose) == prose

@@ -3,14 +3,20 @@ ordinary notes, prose, Markdown and code stay as they are, byte for byte."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+import memd_client
+from memd.config import Config
 from memd.redact import MARK, redact
 from memd.redact.prefixes import TABLE
+
+from .daemon_fixture import running_daemon
 
 HOSTILE = Path(__file__).with_name("hostile")
 FINDINGS = HOSTILE / "secrets.txt"  # one line per earlier finding: "+ LINE\tSECRET", "- LINE"
@@ -20,8 +26,13 @@ ORDINARY = HOSTILE / "secrets_ordinary.txt"  # a document of ordinary notes, kep
 LOCOMO = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo-dev"
 
 
+def _unescape(line: str) -> str:
+    """`\\n` is a newline and `\\\\` a backslash (JSON's own `\\n` is written `\\\\n`)."""
+    return re.sub(r"\\([\\n])", lambda m: "\n" if m.group(1) == "n" else "\\", line)
+
+
 def positives() -> list[tuple[str, str, list[str]]]:
-    """(family, line, secrets) of both corpora; `\\n` in a line is a newline."""
+    """(family, line, secrets) of both corpora, unescaped."""
     out: list[tuple[str, str, list[str]]] = []
     family = "finding"
     for path in (FINDINGS, FAMILIES):
@@ -30,7 +41,7 @@ def positives() -> list[tuple[str, str, list[str]]]:
                 family = raw[3:].split(":", 1)[0]
             elif raw.startswith("+ "):
                 line, *secrets = raw[2:].split("\t")
-                out.append((family, line.replace("\\n", "\n"), secrets))
+                out.append((family, _unescape(line), secrets))
     return out
 
 
@@ -94,3 +105,46 @@ def test_locomo_notes_lose_nothing() -> None:
             if before != after:
                 changed.append((path.name, before, after))
     assert changed == []
+
+
+def _traces(secret: str) -> list[bytes]:
+    """What of `secret` an index could hold: itself, and its longest word as FTS5 keeps it."""
+    word = max(re.findall(r"[A-Za-z0-9]+", secret), key=len)
+    return [secret.encode(), *([word.lower().encode()] if len(word) >= 8 else [])]
+
+
+def test_no_corpus_secret_reaches_the_index_snippets_or_a_transcript_get(tmp_path: Path) -> None:
+    """Through a real daemon: every corpus line as a memory file's paragraph and as a transcript
+    message (whose text is one line per message once rendered: it is redacted before that)."""
+    root, sessions = tmp_path / "agent", tmp_path / "sessions"
+    (root / "memory").mkdir(parents=True)
+    sessions.mkdir()
+    lines = [line for _, line, _ in POSITIVES]
+    (root / "memory" / "2026-01-05.md").write_text("\n\n".join(lines) + "\n")
+    records = [{"type": "message", "message": {"role": "user", "content": x}} for x in lines]
+    (sessions / "abc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with running_daemon(Config.load()) as daemon:
+        with memd_client.connect(daemon.socket_path, identity={"agent_id": "alice"}) as c:
+            c.workspace_add(root, name="agent", sessions_dir=sessions, agent_id="alice")
+            c.reindex("agent")
+            pages, start = [], 1
+            while start:  # `get` returns the JSONL lines themselves, a page at a time
+                page = c.get("agent", "sessions/abc.jsonl", from_line=start, lines=len(lines))
+                pages.append(page["text"])
+                start = page["next_from"]
+            got = "\n".join(pages)
+            snippets = [
+                hit["snippet"]
+                for query in ("password", "token", "key", "secret", "private", "sig", "auth")
+                for hit in c.search("agent", query, mode="keyword", max_results=50)["results"]
+            ]
+    assert len(got.splitlines()) == len(lines) and snippets
+    index = b"".join(p.read_bytes() for p in Path(os.environ["MEMD_HOME"]).rglob("*.sqlite*"))
+    leaks = []
+    for line, secrets in ((line, secrets) for _, line, secrets in POSITIVES):
+        for secret in secrets:
+            if secret in got or any(secret in s for s in snippets):
+                leaks.append(("shown", secret, line[:60]))
+            if any(trace in index for trace in _traces(secret)):
+                leaks.append(("indexed", secret, line[:60]))
+    assert leaks == []

@@ -274,7 +274,7 @@ def test_hash_stable_and_sensitive() -> None:
     assert render(jsonl(msg("user", "hello", timestamp=2), base[1])).hash != h
 
 
-def test_redact_is_applied_after_normalisation() -> None:
+def test_redact_sees_the_message_lines_then_its_rendered_line() -> None:
     seen: list[str] = []
 
     def redact(text: str) -> str:
@@ -284,7 +284,7 @@ def test_redact_is_applied_after_normalisation() -> None:
     r = render(
         jsonl(msg("user", "key\n  sk-secret123 ok"), msg("assistant", "DROP")), redact=redact
     )
-    assert seen == ["key sk-secret123 ok", "DROP"]
+    assert seen == ["key\n  sk-secret123 ok", "key *** ok", "DROP"]
     assert r.text == "User: key *** ok"
     assert r.line_map == [1]
     newline = render(jsonl(msg("user", "a b")), redact=lambda t: t.replace(" ", "\n\n"))

@@ -133,6 +133,22 @@ def _next_line(m: re.Match[str]) -> str | None:
     return m.group("indent") + m.group("head") + "\n".join(lines)
 
 
+# A label alone on its line and the value alone on the next, as notes are written:
+# "Wi-Fi password:" then "Tr0ub4dor&3".
+_LABEL_LINE = re.compile(
+    r"(?m)^(?P<head>[ \t]*(?:[-*+][ \t]+)?(?:\*\*)?(?P<key>[A-Za-z][A-Za-z0-9 _.-]{0,47})"
+    r"(?:\*\*)?[ \t]*:(?:\*\*)?[ \t]*\n[ \t]*)(?P<v>[^\s]+)[ \t]*$"
+)
+
+
+def _label_line(m: re.Match[str]) -> str | None:
+    key, value = m.group("key"), m.group("v")
+    level = tier(key)
+    if level < Tier.STRONG or marked(m, "v") or not accepts(level, value, key=key):
+        return None
+    return m.group("head") + MARK if looks_secret(level, value) else None
+
+
 # `<password>...</password>`, `<ClientSecret>...</ClientSecret>`.
 _XML = re.compile(
     rf"<(?P<tag>[A-Za-z0-9_:.-]{{0,40}}?{FRAGMENT_RE}[A-Za-z0-9_:.-]{{0,20}})(?:[ \t][^<>\n]*)?>"
@@ -263,6 +279,7 @@ RULES: list[tuple[tuple[str, ...], Rule]] = [
     (("machine", "default"), regex_rule(_NETRC, _spaced)),
     (("pass", "pwd"), regex_rule(_WHOLE_LINE, _whole_line)),
     (FRAGMENTS, regex_rule(_NEXT_LINE, _next_line)),
+    (FRAGMENTS, regex_rule(_LABEL_LINE, _label_line)),
     (FRAGMENTS, regex_rule(_ASSIGN, _assignment)),
     (("pass", "pwd", "secret", "token", "key"), regex_rule(_CONTEXT, _context)),
 ]

@@ -1,5 +1,6 @@
-"""The redaction pass: private keys on the whole text, then every rule on each block of lines,
-each block remembered by digest so that an append redacts only what it added."""
+"""The redaction pass: JSON strings as the text they encode and private keys, on the whole text;
+then every rule on each block of lines, each block remembered by digest so that an append
+redacts only what it added."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections import OrderedDict
 from memd.redact import assign, flags, prefixes, urls
 from memd.redact.armour import redact_armour
 from memd.redact.base import Rule
+from memd.redact.escaped import redact_escaped
 from memd.redact.lines import carry_over, redact_tables
 from memd.redact.names import FRAGMENTS
 
@@ -32,11 +34,12 @@ _NEEDLES = tuple(sorted(set().union(*(needles for needles, _, _ in _RULES)) - _C
 
 
 # Every rule stays inside a block: a line, with the lines that continue it (indented, a table's
-# rows, after a trailing backslash, or a lone word that may be the rest of a wrapped value).
+# rows, after a trailing backslash, or a lone word: the rest of a wrapped value, or the value
+# under its label).
 # Private keys, which span unindented lines, are handled on the whole text first.
 _BLOCK = re.compile(
     r"[^\n]*\n?"
-    r"(?:(?:[ \t]+[^\n]*|[ \t]*\|[^\n]*|(?<=\\\n)[^\n]+|[A-Za-z0-9+/=_.~%-]+[\"',]{0,3}[ \t]*(?=\n|\Z))\n?)*"
+    r"(?:(?:[ \t]+[^\n]*|[ \t]*\|[^\n]*|(?<=\\\n)[^\n]+|[^\s|]+[ \t]*(?=\n|\Z))\n?)*"
 )
 # Remembered by a 16-byte digest; the redacted text is kept only for the few blocks that held a
 # secret (None: the block comes back unchanged), so 50,000 blocks cost a few MB, not the text.
@@ -94,7 +97,9 @@ def _redact_blocks(text: str) -> tuple[str, int]:
 
 def redact_with_count(text: str) -> tuple[str, int]:
     """Return `text` with secrets replaced by MARK, and how many secrets were replaced."""
-    text, total = redact_armour(text)
+    text, total = redact_escaped(text, redact_with_count)
+    text, n = redact_armour(text)
+    total += n
     text, n = _redact_blocks(text)
     return text, total + n
 

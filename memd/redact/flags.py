@@ -128,7 +128,8 @@ def redact_clients(text: str) -> tuple[str, int]:
                 value = f.group(group)
                 quoted = value[0] in "'\"" and len(value) > 1 and value[-1] == value[0]
                 inner = value[1:-1] if quoted else value
-                if (quoted or not inner.startswith("-")) and accepts(
+                spaced = text[f.start(group) - 1] in " \t"  # not `-pX`, `/p:X`, `u:X`
+                if (quoted or not spaced or not inner.startswith("-")) and accepts(
                     Tier.PASSWORD, inner, quoted=quoted
                 ):
                     spans.add(f.span(group))
