@@ -310,7 +310,7 @@ class Api:
             self.recorder.submit(ws.root, query, memory_hits, folder=ws.dream_place.folder)
         return {
             "results": results,
-            "freshness": claim.reply(mode=outcome.mode if outcome else "keyword"),
+            "freshness": claim.reply(mode=outcome.mode if outcome else "keyword", searched=True),
             "provider": outcome.provider if outcome else "none",
             "model": outcome.model if outcome else "",
             "mode": outcome.mode if outcome else (mode or "hybrid"),

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,16 +47,17 @@ class Claim:
     last_sync: float | None
     waited_ms: int
     problems: list[str]
-    vectors_current: bool  # the index's vectors are the active embedder's
+    vectors_current: Callable[[], bool]  # the index's vectors are the active embedder's
     embeds: bool  # there is an embedder: a search that is not "keyword" uses vectors
 
-    def reply(self, *, mode: str = "hybrid") -> dict[str, Any]:
+    def reply(self, *, mode: str = "hybrid", searched: bool = False) -> dict[str, Any]:
         """The freshness map of a reply; ``mode``: the search mode the reply used (or would
-        use): unless it is "keyword", the vectors must be there too."""
+        use): unless it is "keyword", the vectors must be there too. ``searched``: a search
+        used that mode, which it does only with vectors of the active embedder."""
         vectors = self.embeds and mode != "keyword"
         fresh = self.pending == 0 and self.skipped == 0 and not self.problems
         if vectors:
-            fresh = fresh and self.vectors_current and self.unembedded == 0
+            fresh = fresh and self.unembedded == 0 and (searched or self.vectors_current())
         return {
             "generation": self.generation,
             "pending_files": self.pending,
@@ -159,7 +161,7 @@ def check(
         last_sync=ws.syncer.last_sync,
         waited_ms=waited_ms,
         problems=problems,
-        vectors_current=_vectors_current(ws),
+        vectors_current=lambda: _vectors_current(ws),
         embeds=ws.syncer.embedder is not None,
     )
 

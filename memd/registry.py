@@ -101,10 +101,21 @@ class Workspace:
     def root_problem(self) -> str | None:
         """Why the workspace directory cannot be followed now: gone, or not the directory that
         was registered (a drive unmounted, a directory put in its place). None when it can."""
+        try:
+            st = os.stat(self.root)
+        except (OSError, ValueError):
+            st = None
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            return f"the workspace directory {self.root} is gone (deleted, moved or unmounted)"
+        if self.identity is None or (st.st_dev, st.st_ino) == (
+            self.identity.device,
+            self.identity.inode,
+        ):
+            return None  # every reply asks: one stat when nothing changed
         now = DirIdentity.of(self.root)
         if now is None:
             return f"the workspace directory {self.root} is gone (deleted, moved or unmounted)"
-        if self.identity is not None and not self.identity.same(now):
+        if not self.identity.same(now):
             return (
                 f"the workspace directory {self.root} is not the one registered (another "
                 "device or inode: unmounted, or replaced); its index is kept as it was. Mount "
