@@ -9,16 +9,21 @@ import json
 import re
 from collections.abc import Callable
 
-from memd.redact.names import FRAGMENT_RE
+from memd.redact.names import FRAGMENTS
 
 # One JSON string literal: escapes pair up, so a backslash never ends it by mistake.
 _STRING = re.compile(r'"(?:[^"\\\n]|\\.)*+"')
 # A value's place (`"key": "...`, `["...`): such a string is a text of its own even without
 # escapes, its first line a line (`ENV TOKEN x`, a `.pgpass` entry).
 _VALUE_BEFORE = re.compile(r"[:\[,][ \t]*\Z")
-# What only a rule that reads a line from its start finds: a name that says secret, or a
-# `.pgpass` entry (host:port:...).
-_LINE_RULE = re.compile(FRAGMENT_RE + r'|^"[^\s:"]+:(?:\d{1,5}|\*):')
+# What only a rule that reads a line from its start finds: a name that says secret (one of
+# FRAGMENTS), or a `.pgpass` entry (host:port:...).
+_PGPASS_START = re.compile(r'"[^\s:"]+:(?:\d{1,5}|\*):')
+
+
+def _line_rule_may_act(literal: str) -> bool:
+    lower = literal.lower()
+    return any(f in lower for f in FRAGMENTS) or _PGPASS_START.match(literal) is not None
 
 
 def redact_escaped(text: str, redact: Callable[[str], tuple[str, int]]) -> tuple[str, int]:
@@ -32,7 +37,7 @@ def redact_escaped(text: str, redact: Callable[[str], tuple[str, int]]) -> tuple
         if "\\" not in literal and not (
             len(literal) >= 18
             and _VALUE_BEFORE.search(text, max(0, m.start() - 16), m.start())
-            and _LINE_RULE.search(literal)
+            and _line_rule_may_act(literal)
         ):
             continue
         try:
