@@ -131,8 +131,10 @@ def mcp_cmd(
     try:
         from memd.ctl import mcp_server  # the MCP SDK too: only this command needs them
     except ImportError as exc:
+        from memd.dist import install_hint
+
         raise click.ClickException(
-            f"memctl mcp needs the MCP SDK ({exc}); install it with: pip install 'memd[mcp]'"
+            f"memctl mcp needs the MCP SDK ({exc}); install it with: {install_hint('mcp')}"
         ) from None
     settings: _Settings = ctx.obj
     identity = dict(settings.identity or {})

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from memd.config import Config
+from memd.dist import install_hint
 from memd.embed.models import RECOMMENDED_MODEL_URI
 from memd_client.errors import ConfigError
 
@@ -228,7 +229,7 @@ def check_model(config: Config, *, load_model: bool = True) -> Check:
         return Check(name, "ok", f"{path}: GGUF header says {dims} dims (not loaded: --no-model)")
     if importlib.util.find_spec("llama_cpp") is None:
         detail = f"{path}: {dims} dims, but llama-cpp-python is not installed"
-        return Check(name, "fail" if required else "warn", detail, "pip install 'memd[local]'")
+        return Check(name, "fail" if required else "warn", detail, install_hint("local"))
     from memd.embed.process import ProcessEmbedder
     from memd_client.errors import ProviderUnavailable
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from memd.atomicfile import write_atomic
 from memd.config import setting_variables
+from memd.dist import install_hint
 from memd.embed.secrets import KEY_VARIABLES
 
 __all__ = [
@@ -141,7 +142,7 @@ def memd_executable() -> Path:
         return Path(found).absolute()
     raise ServiceError(
         f"cannot find the memd executable (not beside {sys.executable}, not on PATH); "
-        "install memd with pipx or pip first"
+        f"install it first: {install_hint()}"
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from memd.embed.base import BadVectors, Embedder, Kind, Vectors, check_vectors, normalize
+from memd.dist import install_hint
 from memd.embed.gguf import GGUFError, read_metadata
 from memd_client.errors import ProviderUnavailable
 
@@ -152,7 +153,7 @@ class LlamaEmbedder(Embedder):
             from llama_cpp import LLAMA_POOLING_TYPE_NONE, Llama
         except ImportError:
             raise ProviderUnavailable(
-                "local provider needs llama-cpp-python: pip install 'memd[local]'"
+                f"local provider needs llama-cpp-python: {install_hint('local')}"
             ) from None
         try:
             with _model_params(llama_cpp, extra_bufts=self.extra_bufts):

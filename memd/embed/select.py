@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memd.config import EmbeddingConfig
+from memd.dist import install_hint
 from memd.embed.base import Embedder
 from memd.embed.fake import FakeEmbedder
 from memd_client.errors import ConfigError, ProviderUnavailable
@@ -132,7 +133,7 @@ def _local(
     if not path.is_file():
         raise ProviderUnavailable(f"model file {path} does not exist")
     if importlib.util.find_spec("llama_cpp") is None:
-        raise ProviderUnavailable("llama-cpp-python is not installed: pip install 'memd[local]'")
+        raise ProviderUnavailable(f"llama-cpp-python is not installed: {install_hint('local')}")
     from memd.embed.process import ModeMemory, ProcessEmbedder
 
     return ProcessEmbedder(
