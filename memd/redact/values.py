@@ -85,8 +85,9 @@ _SNAKE = re.compile(r"[a-z]+[0-9]*(?:_(?:[a-z]+[0-9]*|[0-9]+))+")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 # `/run/secrets/db`, `~/.ssh/id_ed25519`, `./keys/dev.pem`: paths, unless a segment is random.
 _PATH = re.compile(r"(?:~|\.{1,2})?/[\w.@~-]*(?:/[\w.@~-]*)*")
-# A camelCase name right before `,`, `)` or `}`: `{ email, password: hashedPassword }`.
-_CAMEL = re.compile(r"[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+")
+# A camelCase name or a CONSTANT right before `,`, `)`, `}` or `;`: `{ email, password:
+# hashedPassword }`, `{"OPENAI_API_KEY": KEY, ...}`.
+_CAMEL = re.compile(r"[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+|[A-Z]+(?:_[A-Z]+)*")
 _STRING_PREFIXES = frozenset({"f", "b", "r", "u", "rb", "br", "fr", "rf"})
 PLACEHOLDER_STARTS = ("${", "{{", "<", "%(", "$(", "#{", "[[")
 # A URL with no user in it is an address; its parameters are judged by their own names.
