@@ -11,7 +11,10 @@ Secrets are found by family, not by vendor:
   `.pgpass`; signature and token parameters (`sig=`, `X-Amz-Signature=`) are names that say secret;
 - tokens with a known prefix (`prefixes.py`), kept as a table;
 - private keys of every armour (`armour.py`);
-- values laid out over lines (`lines.py`): tables, split rows, wrapped values.
+- values laid out over lines (`lines.py`): tables, split rows, wrapped values; a value alone
+  under its label line is a name that says secret (`assign.py`);
+- text inside JSON strings (`escaped.py`): a transcript's JSONL lines hold a message's lines as
+  `\\n` escapes; such a string is redacted as the text it encodes, then encoded again.
 
 Choices (tested in tests/test_redact.py and tests/test_redact_corpus.py):
 - Typed keys keep their provider prefix (`sk-[REDACTED]`, `ghp_[REDACTED]`, `eyJ[REDACTED]` for
