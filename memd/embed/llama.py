@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from memd.embed.base import BadVectors, Embedder, Kind, Vectors, check_vectors, normalize
 from memd.dist import install_hint
+from memd.embed.base import BadVectors, Embedder, Kind, Vectors, check_vectors, normalize
 from memd.embed.gguf import GGUFError, read_metadata
 from memd_client.errors import ProviderUnavailable
 
