@@ -141,3 +141,51 @@ def test_a_transcript_in_another_format_is_reported_not_indexed(
     assert report.skipped == [] and not syncer.transcripts.unreadable
     with syncer.index.reader() as store:
         assert store.reads.keyword_candidates('"Rex"', None, 5)
+
+
+def test_an_explicit_reindex_indexes_a_transcript_grown_below_the_delta(tmp_path: Path) -> None:
+    """Growth below the delta waits for the next threshold; `reindex` does not: afterwards the
+    index equals a fresh rebuild of the same files."""
+    from memd.embed.fake import FakeEmbedder
+
+    root = tmp_path / "ws"
+    (root / "memory").mkdir(parents=True)
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    log = sessions / "s1.jsonl"
+
+    def message(text: str) -> str:
+        body = {"role": "user", "content": [{"type": "text", "text": text}]}
+        return json.dumps({"type": "message", "message": body}) + "\n"
+
+    log.write_text(json.dumps({"type": "session", "id": "s1"}) + "\n" + message("first words"))
+    config = Config.load()
+
+    def syncer(index: Index) -> Syncer:
+        return Syncer(
+            index,
+            root,
+            config=config.index,
+            embedder=FakeEmbedder(),
+            sessions_dir=sessions,
+            sessions=config.sessions,
+        )
+
+    live = Index(tmp_path / "live.sqlite")
+    live.open()
+    s = syncer(live)
+    s.sync()
+    with open(log, "a") as f:
+        f.write(message("second words, below the delta"))
+    s.sync()
+    with live.reader() as store:
+        assert not store.reads.keyword_candidates('"second"', None, 5)  # waits for the delta
+    s.look_next = True  # what `reindex` asks for
+    s.sync()
+    fresh = Index(tmp_path / "fresh.sqlite")
+    fresh.open()
+    syncer(fresh).sync()
+    with live.reader() as a, fresh.reader() as b:
+        assert a.dump() == b.dump()
+    live.close()
+    fresh.close()

@@ -357,7 +357,9 @@ class Syncer:
             self._sync_one(
                 store, f, stored.get(f.rel), report, model, same_vectors, now_ns, look=look
             )
-        self._reconcile_transcripts(store, report, stored, fresh, model, same_vectors)
+        # An explicit reindex (``look``) brings every transcript up to date, grown below the
+        # delta or not: afterwards the index equals a fresh rebuild of the same files.
+        self._reconcile_transcripts(store, report, stored, fresh or look, model, same_vectors)
         if found.complete:
             present = {f.rel for f in found.files}
             gone = [p for p, r in stored.items() if p not in present and r.source == "memory"]
