@@ -48,7 +48,7 @@ from memd.indexer import URGENT, Indexer
 from memd.markdown.context import DEFAULT_CONTEXT_CHARS, session_context
 from memd.markdown.identity import Longterm
 from memd.markdown.read import MemoryPath
-from memd.once import Once
+from memd.once import AppendKeys, Once, crash_point
 from memd.params import bool_param, float_param, int_param, only, str_param
 from memd.redact import redact as redact_text
 from memd.registry import DirIdentity, Workspace, save_registry
@@ -87,6 +87,7 @@ class Api:
         recorder: RecallRecorder | None = None,
         schedule: Schedule | None = None,
         clock: Callable[[], datetime] | None = None,
+        append_keys: AppendKeys | None = None,
     ) -> None:
         self.service = service
         self.indexer = indexer
@@ -99,8 +100,12 @@ class Api:
         self.started_at = time.time()
         self.connections = 0
         self._registry_lock = threading.Lock()
-        # append's idempotency keys, by (workspace root, key)
+        # append's idempotency keys, by (workspace root, key): runs in flight and their
+        # results here, and on disk with the writes they guard (a retry after a crash)
         self._once = Once(kept=APPEND_KEYS_KEPT, seconds=APPEND_KEY_SECONDS)
+        self._keys = append_keys or AppendKeys(
+            None, kept=APPEND_KEYS_KEPT, seconds=APPEND_KEY_SECONDS
+        )
         self._process = psutil.Process()
 
     # -- helpers --------------------------------------------------------------------------------
@@ -439,11 +444,35 @@ class Api:
         if key is None:
             return self._append(ws, text, day)
         result, duplicate = self._once.run(
-            (ws.root, key), text, lambda: self._append(ws, text, day), wait=APPEND_WAIT_SECONDS
+            (ws.root, key),
+            text,
+            lambda: self._append_keyed(ws, key, text, day),
+            wait=APPEND_WAIT_SECONDS,
         )
-        if duplicate:
+        if duplicate or result.get("duplicate"):
             result["duplicate"] = True
             result["freshness"] = self.freshness(ws)
+        return result
+
+    def _append_keyed(self, ws: Workspace, key: str, text: str, day: date) -> dict[str, Any]:
+        """An append under a key that outlives the daemon: the key is on disk before the text
+        (memd/once.py, AppendKeys), so a retry after a crash learns whether the text landed
+        and writes it only if it did not. MEMD_CRASH_AT stops the daemon between the steps."""
+        crash_point("append:received")
+        earlier = self._keys.recall(ws.root, key, text)
+        if earlier is not None:
+            # Written before a crash (or before this process forgot the key): it may not be
+            # indexed yet, and the reply promises that it is searchable.
+            with contextlib.suppress(FutureTimeout, MemdError):
+                future = self.indexer.request_sync(ws, {earlier["path"]}, priority=URGENT)
+                future.result(timeout=APPEND_WAIT_SECONDS)
+            return {**earlier, "written": True, "note": None, "duplicate": True}
+        self._keys.intend(ws.root, key, text, daily_log(day))
+        crash_point("append:intent")
+        result = self._append(ws, text, day)
+        crash_point("append:written")
+        self._keys.done(ws.root, key, result)
+        crash_point("append:done")
         return result
 
     def _append(self, ws: Workspace, text: str, day: date) -> dict[str, Any]:

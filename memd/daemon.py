@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from memd.api import Api
+from memd.api import APPEND_KEY_SECONDS, APPEND_KEYS_KEPT, Api
 from memd.config import Config
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
@@ -37,6 +37,7 @@ from memd.heap import release_memory, trim_heap
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.server import prepare_directory
+from memd.once import AppendKeys
 from memd.private import make_private, open_private_file, private_directory
 from memd.readers import ReaderPool
 from memd.registry import Workspace, Workspaces, load_registry
@@ -430,6 +431,12 @@ def build(
         for ws in service.registry.all():
             watchers.watch(ws.root, ws.extra_paths, indexer.changes_of(ws))
             indexer.request_sync(ws, priority=RECONCILE)  # the start-up reconcile
+        keys = AppendKeys(
+            config.state_dir / "append-keys.jsonl",
+            kept=APPEND_KEYS_KEPT,
+            seconds=APPEND_KEY_SECONDS,
+        )
+        stack.callback(keys.close)
         api = Api(
             service,
             indexer,
@@ -439,6 +446,7 @@ def build(
             recorder=recorder,
             schedule=schedule,
             clock=clock,
+            append_keys=keys,
         )
         dispatcher = Dispatcher(api)
         server = Server(socket_path, dispatcher, on_count=on_count)

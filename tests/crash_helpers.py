@@ -128,12 +128,14 @@ class Daemon:
     logs: list[Path] = field(default_factory=list)
     _files: list[IO[bytes]] = field(default_factory=list)
 
-    def start(self, timeout: float = 30) -> subprocess.Popen[bytes]:
+    def start(self, timeout: float = 30, crash_at: str = "") -> subprocess.Popen[bytes]:
+        """Start memd; ``crash_at`` names the points where it SIGKILLs itself (MEMD_CRASH_AT)."""
         env = dict(
             os.environ,
             MEMD_HOME=str(self.home),
             MEMD_SOCKET=str(self.sock),
             MEMD_EMBEDDING_PROVIDER="fake",
+            MEMD_CRASH_AT=crash_at,
         )
         log = self.log_dir / f"daemon-{len(self.logs)}.log"
         out = log.open("wb")

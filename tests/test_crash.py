@@ -52,6 +52,12 @@ POINTS = int(os.environ.get("MEMD_CRASH_POINTS", "4"))
 SEED = int(os.environ.get("MEMD_CRASH_SEED") or random.SystemRandom().randrange(2**31))
 
 
+@pytest.fixture(autouse=True)
+def no_autostart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client must not start a daemon of its own while the test's is dead."""
+    monkeypatch.setenv("MEMD_AUTOSTART", "0")
+
+
 def _indexing(daemon: Daemon, ws: Path, rng: random.Random, notes: dict[str, Any]) -> None:
     """Kill during the first index of a new workspace (queued by workspace_add)."""
     write_corpus(ws)

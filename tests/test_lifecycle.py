@@ -21,6 +21,12 @@ from memd.daemon import EXIT_ALREADY_RUNNING, EXIT_OK, EXIT_STARTUP_FAILURE
 from .daemon_fixture import short_socket_dir
 
 
+@pytest.fixture(autouse=True)
+def no_autostart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests start (and kill) memd themselves: no client may start one of its own."""
+    monkeypatch.setenv("MEMD_AUTOSTART", "0")
+
+
 @pytest.fixture
 def sock_dir() -> Iterator[Path]:
     d = short_socket_dir()
