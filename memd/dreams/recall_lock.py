@@ -86,7 +86,7 @@ def _holder_alive(pid: int, taken: float, started: float | None) -> bool:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
             return False  # killed, not yet reaped: it holds nothing
-        now_started = process.create_time()
+        now_started = float(process.create_time())
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:
@@ -98,7 +98,7 @@ def _holder_alive(pid: int, taken: float, started: float | None) -> bool:
 
 def _own_start_time() -> float:
     try:
-        return psutil.Process().create_time()
+        return float(psutil.Process().create_time())
     except psutil.Error:  # pragma: no cover - our own process is always readable
         return 0.0
 
