@@ -145,6 +145,10 @@ def check(
     if RESCAN_ALL in watched and not walked and not rescanned(watcher.get("rescan_at") or since):
         pending += 1  # the watcher asks for a rescan (a folder changed, events were lost)
     problems = workspace_problems(ws, watcher.get("state"))
+    unread = indexer.walk_errors(ws)
+    problems += [f"{rel or 'the index'}: {why}" for rel, why in unread[:5]]
+    if len(unread) > 5:
+        problems.append(f"... and {len(unread) - 5} more files the last walk could not index")
     if probe is not None:
         if not walked and not rescanned(probe.rescan_after):
             pending += 1  # edits from before the probe could see them: a rescan comes

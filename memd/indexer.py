@@ -83,6 +83,7 @@ class _State:
     waiters: list[Future[SyncReport]] | None = None
     sync_started_at: float = 0.0  # wall-clock start of the last sync that completed
     rescanned_at: float = 0.0  # wall-clock start of the last complete walk without errors
+    walk_errors: list[tuple[str, str]] = field(default_factory=list)  # of the last walk
 
 
 class Indexer:
@@ -251,6 +252,13 @@ class Indexer:
         with self._lock:
             state = self._states.get(ws.root)
             return state is not None and state.rescanned_at > when
+
+    def walk_errors(self, ws: Workspace) -> list[tuple[str, str]]:
+        """The files the last walk of ``ws`` could not index, with why (a walk with any does
+        not vouch for the workspace: those files are not in the index)."""
+        with self._lock:
+            state = self._states.get(ws.root)
+            return list(state.walk_errors) if state else []
 
     def wait_embedded(self, ws: Workspace, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until no file of ``ws`` lacks vectors; False when some
@@ -481,8 +489,10 @@ class Indexer:
             state.running -= taken
             if everything:
                 state.sync_started_at = started
-            if walk and not report.errors:
-                state.rescanned_at = max(state.rescanned_at, started)
+            if walk:
+                state.walk_errors = list(report.errors)
+                if not report.errors:
+                    state.rescanned_at = max(state.rescanned_at, started)
         ws.last_report = report
         # "missing" after a sync means rows without an identity (an index from an older
         # memd): like a changed model, that takes a rebuild, or it would stay keyword-only.
@@ -514,8 +524,11 @@ class Indexer:
             if not self._may_embed(ws):
                 continue
             self._embed_cursor = (self._embed_cursor + i + 1) % len(workspaces)
+            # An embedder with a step of its own (a remote API: one wave of parallel requests)
+            # takes the texts of as many files as the step holds.
+            step = ws.syncer.embedder.step_chars if ws.syncer.embedder else 0
             try:
-                ws.syncer.embed_pending(max_files=1, max_chars=EMBED_STEP_CHARS)
+                ws.syncer.embed_pending(max_files=None if step else 1, max_chars=EMBED_STEP_CHARS)
             except Exception as exc:
                 logger.warning("embedding in %s failed: %s", ws.name, exc)
             self._stepped()

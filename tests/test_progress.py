@@ -144,3 +144,16 @@ def test_the_backlog_in_words() -> None:
     assert display.progress_text(backlog) == (
         "Embedding: 8/301 chunks (8/301 files) · 5.5 chunks/s · about 53s left"
     )
+
+
+def test_search_notes_say_why_a_reply_is_not_fresh() -> None:
+    def notes(**fresh: object) -> list[str]:
+        base = {"fresh": False, "pending_files": 0, "unembedded_files": 0, "skipped_files": 0}
+        return list(display.search_notes({"results": [{}], "freshness": base | fresh}))
+
+    polling = "edits are found by polling: only a reply that waited (wait_ms) can say it is fresh"
+    assert notes(problems=[polling]) == [f"note: not fresh: {polling}"]
+    assert notes(pending_files=3) == ["note: the index is catching up (3 files pending)"]
+    assert notes(unembedded_files=2) == ["note: vectors of 2 files are still being made"]
+    assert notes(skipped_files=1) == ["note: 1 files are not indexed (memctl status says why)"]
+    assert list(display.search_notes({"results": [{}], "freshness": {"fresh": True}})) == []

@@ -263,7 +263,14 @@ def search_notes(result: Mapping[str, Any]) -> Iterator[str]:
     fresh = result.get("freshness") or {}
     if fresh and not fresh.get("fresh", True):
         pending = fresh.get("pending_files", 0)
-        yield f"note: the index is catching up ({pending} files pending)"
+        for problem in fresh.get("problems") or []:
+            yield f"note: not fresh: {problem}"
+        if pending:
+            yield f"note: the index is catching up ({pending} files pending)"
+        elif fresh.get("unembedded_files"):
+            yield f"note: vectors of {fresh['unembedded_files']} files are still being made"
+        elif fresh.get("skipped_files"):
+            yield f"note: {fresh['skipped_files']} files are not indexed (memctl status says why)"
     if not result.get("results"):
         yield "No results."
 
