@@ -491,8 +491,9 @@ class Api:
         note = None
         if size > limit:
             note = (
-                f"{appended.path} is {size} bytes, over index.max_file_bytes ({limit}): the text "
-                "is on disk but will not be searchable until the file is split or the limit raised"
+                f"{appended.path} is {size} bytes, over index.max_file_bytes ({limit}): only its "
+                f"first {limit} bytes are indexed, so this text is on disk but not searchable "
+                "until the limit is raised"
             )
         return {
             "path": appended.path,

@@ -249,6 +249,12 @@ def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
         problems.append(moved)
     elif watcher_state == "failed":
         problems.append("the file watcher failed: edits are found only by the periodic reconcile")
+    cap = ws.syncer.config.max_file_bytes
+    for rel, size in sorted(ws.syncer.partial.items()):
+        problems.append(
+            f"{rel} is {size:,} bytes, over index.max_file_bytes ({cap:,}): only its first "
+            f"{cap:,} bytes are indexed, its newest text is not searchable"
+        )
     return problems
 
 

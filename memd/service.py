@@ -18,7 +18,7 @@ from memd.embed.select import Choice, choose_embedder
 from memd.embed.worker import WorkerEmbedder
 from memd.index.cache import EmbeddingCache
 from memd.index.store import DumpRow
-from memd.index.sync import Progress, SyncReport
+from memd.index.sync import UNCAPPED, Progress, SyncReport
 from memd.markdown.discover import discover
 from memd.markdown.read import GetResult, MemoryPath, locate, read_located
 from memd.readers import ReaderPool
@@ -198,10 +198,10 @@ class MemoryService:
     def status(self, ref: str) -> dict[str, Any]:
         """Everything a person needs to trust (or distrust) one workspace's index."""
         ws = self.registry.get(ref)
-        found = discover(
+        found = discover(  # files over the size cap too: they are indexed in part
             ws.root,
             ws.extra_paths,
-            self.config.index.max_file_bytes,
+            UNCAPPED,
             diary=self.config.index.diary,
         )
         state, reason = ws.syncer.state()
@@ -266,6 +266,7 @@ class MemoryService:
                 or state == "mismatched"
                 or skipped
                 or syncer.rebuilding
+                or syncer.partial
                 or ws.root_problem()
             ),
             "provider": {

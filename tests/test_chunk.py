@@ -14,7 +14,9 @@ from memd.embed.fake import FakeEmbedder
 from memd.index.chunk import (
     CHUNKER_VERSION,
     Chunk,
+    Restart,
     chunk_markdown,
+    chunk_resumable,
     chunk_text,
     fit_to_model,
     vector_lines,
@@ -448,3 +450,50 @@ def test_vector_lines_skip_headings_short_and_single_lines() -> None:
     assert vector_lines("# Title\nOnly one line here\n") == []
     (_, h1), (_, h2) = vector_lines("same line\nsame line\n")
     assert h1 == h2 == chunk_markdown("same line")[0].hash  # a line's key is its text's hash
+
+
+# -- restarts: chunking again from the last one gives the same chunks ------------------------
+
+CHUNK_LINES = st.lists(
+    st.one_of(
+        st.sampled_from(
+            ["", "   ", "# Heading", "x" * 90, "部署到生产环境之前先检查", "word " * 12]
+        ),
+        st.text(alphabet="ab \t", max_size=40),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    head=CHUNK_LINES,
+    tail=CHUNK_LINES,
+    end=st.booleans(),
+    tokens=st.integers(1, 24),
+    overlap=st.integers(0, 12),
+)
+def test_chunking_from_a_restart_gives_the_same_chunks_after_an_append(
+    head: list[str], tail: list[str], end: bool, tokens: int, overlap: int
+) -> None:
+    """For every restart of a text that its whole lines seal, the text with more appended
+    chunks into the chunks before the restart plus the chunks of the new text from there."""
+    overlap = min(overlap, tokens - 1)
+    old = "\n".join(head) + ("\n" if end else "")
+    new = old + "\n".join(tail)
+    old_chunks, restarts = chunk_resumable(old, tokens, overlap)
+    new_chunks = chunk_markdown(new, tokens, overlap)
+    lines = new.split("\n")
+    assert restarts[0] == Restart(1, 0)
+    for r in restarts:
+        if r.sealed > old.count("\n"):
+            continue
+        from_old = chunk_resumable(
+            "\n".join(old.split("\n")[r.line - 1 :]), tokens, overlap, first_line=r.line
+        )[0]
+        before = old_chunks[: len(old_chunks) - len(from_old)]
+        assert old_chunks[len(before) :] == from_old
+        after = chunk_resumable("\n".join(lines[r.line - 1 :]), tokens, overlap, first_line=r.line)[
+            0
+        ]
+        assert new_chunks == before + after, r

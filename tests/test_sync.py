@@ -426,15 +426,18 @@ def test_readers_keep_working_across_a_swap(syncer: Syncer, write: WriteFile, in
         assert store.reads.keyword_candidates('"vault"', None, 5)
 
 
-def test_oversized_file_is_skipped_and_reported(
+def test_oversized_file_is_indexed_in_part_and_reported(
     index: Index, workspace: Path, write: WriteFile
 ) -> None:
-    write("memory/huge.md", "x" * 5000)
+    write("memory/huge.md", "first line\n" + "x" * 5000)
     write("MEMORY.md", NOTE)
-    report = Syncer(index, workspace, config=IndexConfig(max_file_bytes=1000)).sync()
-    assert [p for p, _ in report.skipped] == ["memory/huge.md"]
+    syncer = Syncer(index, workspace, config=IndexConfig(max_file_bytes=1000))
+    report = syncer.sync()
+    assert not report.skipped and syncer.partial == {"memory/huge.md": 5011}
     with index.reader() as store:
-        assert set(store.files()) == {"MEMORY.md"}
+        assert set(store.files()) == {"MEMORY.md", "memory/huge.md"}
+        texts = [str(r[0]) for r in store.conn.execute("SELECT text FROM chunks")]
+    assert "first line" in texts and not any("xxx" in t for t in texts)
 
 
 @pytest.mark.parametrize("use_vec", [True, False])

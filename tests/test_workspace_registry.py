@@ -111,7 +111,7 @@ def test_a_bad_name_in_an_old_registry_falls_back_to_the_directory_name(
     assert not os.path.exists(ws)
 
 
-def test_skipped_files_and_a_vanished_workspace_are_never_fresh(tmp_path: Path) -> None:
+def test_partly_indexed_files_and_a_vanished_workspace_are_never_fresh(tmp_path: Path) -> None:
     ws = make_ws(tmp_path / "ws", "The staging cluster is called Orion.")
     config = Config.load(index__max_file_bytes=2000)
     with running_daemon(config) as daemon, memd_client.connect(daemon.socket_path) as c:
@@ -119,17 +119,21 @@ def test_skipped_files_and_a_vanished_workspace_are_never_fresh(tmp_path: Path) 
         c.reindex("ws")
         clean = c.search("ws", "staging", mode="keyword")["freshness"]
         assert clean["fresh"] and clean["skipped_files"] == 0 and clean["problems"] == []
-        # Appends that push a daily log past the limit: said at once, and never "fresh".
-        first = c.append("ws", "A short note.")
+        # Appends that push a daily log past the limit: said at once, and never "fresh"; what
+        # was searchable stays so (the head of the log is indexed), and status names the file.
+        first = c.append("ws", "A short note about the walrus migration.")
         assert first["note"] is None
         grown = c.append("ws", "x" * 2100)
         assert grown["note"] and "max_file_bytes" in grown["note"]
         c.reindex("ws")
         st = c.status("ws")["workspaces"][0]
-        assert st["dirty"] and [s["path"] for s in st["files_skipped"]] == [grown["path"]]
-        assert not st["freshness"]["fresh"] and st["freshness"]["skipped_files"] == 1
-        reply = c.search("ws", "staging", mode="keyword")
-        assert reply["freshness"]["skipped_files"] == 1 and not reply["freshness"]["fresh"]
+        problems = st["freshness"]["problems"]
+        assert st["dirty"] and not st["files_skipped"] and st["files_stale"] == 0
+        assert any(grown["path"] in p and "2,000" in p for p in problems), problems
+        assert not st["freshness"]["fresh"]
+        reply = c.search("ws", "walrus migration", mode="keyword")
+        assert reply["results"] and reply["results"][0]["path"] == grown["path"]
+        assert not reply["freshness"]["fresh"] and reply["freshness"]["problems"]
         # The workspace directory is deleted: its index is still there, but never fresh.
         shutil.rmtree(ws)
         reply = c.search("ws", "staging", mode="keyword")

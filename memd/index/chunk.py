@@ -14,7 +14,9 @@ __all__ = [
     "CHUNKER_VERSION",
     "LINES_VERSION",
     "Chunk",
+    "Restart",
     "chunk_markdown",
+    "chunk_resumable",
     "chunk_text",
     "fit_to_model",
     "vector_lines",
@@ -39,11 +41,26 @@ class Chunk:
     hash: str  # sha256 hex of text (utf-8)
 
 
+@dataclass(frozen=True)
+class Restart:
+    """A line where chunking may start afresh and give the chunks that follow unchanged.
+
+    A chunk begins at the start of ``line`` with nothing carried into it but whole lines from
+    ``line`` on, so :func:`chunk_resumable` of the text from ``line`` gives the chunks from here
+    on. The chunks before it were fixed once line ``sealed`` was read: a text that only grows
+    after line ``sealed`` keeps them, and this restart.
+    """
+
+    line: int
+    sealed: int
+
+
 @dataclass(frozen=True, slots=True)
 class _Segment:
     line: int
     text: str
     cost: int  # weighted size plus one for the newline
+    whole: bool  # the whole line, not a piece of a longer one
 
 
 def _sha256(text: str) -> str:
@@ -107,15 +124,29 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
     (``weighted_len``) at most ``max(32, 4 * tokens)``; a line longer than that is cut into
     pieces that share its line number. Whitespace-only chunks are dropped.
     """
+    return chunk_resumable(content, tokens, overlap)[0]
+
+
+def chunk_resumable(
+    content: str, tokens: int = 400, overlap: int = 80, *, first_line: int = 1
+) -> tuple[list[Chunk], list[Restart]]:
+    """:func:`chunk_markdown` of ``content`` (whose first line is line ``first_line`` of its
+    file), and the lines where it could have started afresh (in order, ``first_line`` first).
+
+    A daily log that grows at its end is chunked again from its last restart only: the chunks
+    before it stay as they are (memd/index/sync.py).
+    """
     tokens = max(1, tokens)
     max_chars = max(32, tokens * CHARS_PER_TOKEN)
     overlap_chars = max(0, overlap * CHARS_PER_TOKEN)
     chunks: list[Chunk] = []
+    restarts = [Restart(first_line, first_line - 1)]
     buffer: list[_Segment] = []
     current = 0
-    for line_no, line in enumerate(_split_lines(content), start=1):
-        for piece in _segments(line, tokens, max_chars):
-            seg = _Segment(line_no, piece, weighted_len(piece) + 1)
+    for line_no, line in enumerate(_split_lines(content), start=first_line):
+        pieces = list(_segments(line, tokens, max_chars))
+        for piece in pieces:
+            seg = _Segment(line_no, piece, weighted_len(piece) + 1, len(pieces) == 1)
             if buffer and current + seg.cost > max_chars:
                 chunks.append(_join(buffer))
                 buffer = _carry(buffer, overlap_chars)
@@ -123,11 +154,16 @@ def chunk_markdown(content: str, tokens: int = 400, overlap: int = 80) -> list[C
                 # The overlap gives way so the new chunk still respects the budget.
                 while buffer and current + seg.cost > max_chars:
                     current -= buffer.pop(0).cost
+                # The new chunk starts with whole lines (or with this one): chunking afresh
+                # from its first line fills the same buffer, so every later chunk is the same.
+                head = buffer[0] if buffer else seg
+                if head.whole:
+                    restarts.append(Restart(head.line, line_no))
             buffer.append(seg)
             current += seg.cost
     if buffer:
         chunks.append(_join(buffer))
-    return [chunk for chunk in chunks if chunk.text.strip()]
+    return [chunk for chunk in chunks if chunk.text.strip()], restarts
 
 
 def _split_line(

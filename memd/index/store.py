@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +21,16 @@ from memd.index.reads import ChunkRow, SearchReads, VectorStore
 from memd.index.sketch import Sketch
 from memd.text import fts_body, fts_unigrams, mmr_tokens, word_tokens
 
-__all__ = ["ChunkRow", "DumpRow", "FileRow", "NewChunk", "Store", "VectorStore"]
+__all__ = [
+    "ChunkKey",
+    "ChunkRow",
+    "DumpRow",
+    "FileRow",
+    "NewChunk",
+    "Resume",
+    "Store",
+    "VectorStore",
+]
 
 
 IDENTITY_KEY = "identity"
@@ -59,6 +69,20 @@ class NewChunk:
     # The vectors of its vector_lines, (n, dims); None when it has none. A chunk is embedded
     # only with both: ``vector`` is None until every line vector is there too.
     lines: Vectors | None = None
+
+
+# A chunk as a file's rows name it: (start line, end line, hash of its text).
+ChunkKey = tuple[int, int, str]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a file that grew at its end is chunked again from: ``line`` starts at byte
+    ``offset``, and the index holds the file's first ``length`` bytes (memd/index/tail.py)."""
+
+    line: int
+    offset: int
+    length: int
 
 
 def _now_ms() -> int:
@@ -210,40 +234,157 @@ class Store:
         size: int,
         model: str,
         chunks: Sequence[NewChunk],
+        resume: Resume | None = None,
     ) -> int:
         """Replace every row of ``path`` (chunks, FTS, vectors, file row); return pending count.
 
         Chunks that are already there unchanged (same lines, text and model) keep their rows,
-        FTS entries and vectors: a daily log that grows by appends rewrites only its tail.
+        FTS entries and vectors: a file edited in one place rewrites only what changed.
         """
-        kept: dict[tuple[int, int, str], tuple[int, bool]] = {}
+        # A key may be there more than once (a long line cut into equal pieces): each row
+        # kept stands for one of the new chunks, as in a fresh index.
+        wanted = Counter((c.start_line, c.end_line, c.hash) for c in chunks)
+        kept: dict[ChunkKey, list[tuple[int, bool]]] = {}
         stale: list[int] = []
         for chunk_id, start, end, chunk_hash, row_model, row_embedded in self.conn.execute(
-            "SELECT id, start_line, end_line, hash, model, embedded FROM chunks WHERE path = ?",
+            "SELECT id, start_line, end_line, hash, model, embedded FROM chunks WHERE path = ? "
+            "ORDER BY id",
             (path,),
         ):
             key = (int(start), int(end), str(chunk_hash))
-            if row_model == model and key not in kept:
-                kept[key] = (int(chunk_id), bool(row_embedded))
+            rows = kept.setdefault(key, [])
+            if row_model == model and len(rows) < wanted[key]:
+                rows.append((int(chunk_id), bool(row_embedded)))
             else:
                 stale.append(int(chunk_id))
-        wanted = {(c.start_line, c.end_line, c.hash) for c in chunks}
-        stale += [chunk_id for key, (chunk_id, _) in kept.items() if key not in wanted]
         self._delete_chunks(stale)
         self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
         now = _now_ms()
-        path_words = _path_words(path)
         pending = 0
+        new: list[NewChunk] = []
         for chunk in chunks:
-            old = kept.get((chunk.start_line, chunk.end_line, chunk.hash))
-            if old is not None:
-                chunk_id, embedded = old
+            same = kept.get((chunk.start_line, chunk.end_line, chunk.hash))
+            if same:
+                chunk_id, embedded = same.pop(0)
                 if not embedded and chunk.vector is not None and self.vector_store != "none":
                     self.conn.execute("UPDATE chunks SET embedded = 1 WHERE id = ?", (chunk_id,))
                     self._insert_vector(chunk_id, chunk.vector, chunk.lines)
                 elif not embedded and self.vector_store != "none":
                     pending += 1
                 continue
+            new.append(chunk)
+        pending += self._insert_chunks(path, source, model, new, now)
+        self._write_file_row(
+            path, source, kind, day, file_hash, mtime_ns, size, len(chunks), pending, now, resume
+        )
+        return pending
+
+    def extend_file(
+        self,
+        *,
+        path: str,
+        file_hash: str,
+        mtime_ns: int,
+        size: int,
+        model: str,
+        remove: Sequence[ChunkKey],
+        add: Sequence[NewChunk],
+        resume: Resume,
+    ) -> int | None:
+        """Replace the rows ``remove`` names with ``add`` in a file that grew at its end; the
+        other rows stay as they are. Return the pending count, or None (nothing written) when
+        one of ``remove`` is missing or of another model: index it whole then.
+        """
+        row = self.conn.execute(
+            "SELECT source, kind, day, chunks FROM files WHERE path = ?", (path,)
+        ).fetchone()
+        if row is None:
+            return None
+        source, kind, day, count = str(row[0]), str(row[1]), row[2], int(row[3])
+        first = min((key[0] for key in remove), default=None)
+        ids: dict[ChunkKey, list[int]] = {}
+        if first is not None:
+            for chunk_id, start, end, chunk_hash, row_model in self.conn.execute(
+                "SELECT id, start_line, end_line, hash, model FROM chunks "
+                "WHERE path = ? AND start_line >= ? ORDER BY id",
+                (path, first),
+            ):
+                if row_model == model:
+                    key = (int(start), int(end), str(chunk_hash))
+                    ids.setdefault(key, []).append(int(chunk_id))
+        stale: list[int] = []
+        for key in remove:
+            found = ids.get(key)
+            if not found:
+                return None
+            stale.append(found.pop(0))
+        self._delete_chunks(stale)
+        now = _now_ms()
+        self._insert_chunks(path, source, model, add, now)
+        left = self.conn.execute(
+            "SELECT count(*) FROM chunks WHERE path = ? AND embedded = 0", (path,)
+        ).fetchone()
+        pending = int(left[0]) if left and self.vector_store != "none" else 0
+        count += len(add) - len(stale)
+        self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
+        self._write_file_row(
+            path, source, kind, day, file_hash, mtime_ns, size, count, pending, now, resume
+        )
+        return pending
+
+    def resume_point(self, path: str) -> Resume | None:
+        """Where ``path`` may be chunked again from when it grows (None: index it whole)."""
+        row = self.conn.execute(
+            "SELECT resume_line, resume_offset, indexed_bytes FROM files WHERE path = ?", (path,)
+        ).fetchone()
+        if row is None or None in row:
+            return None
+        return Resume(int(row[0]), int(row[1]), int(row[2]))
+
+    def _write_file_row(
+        self,
+        path: str,
+        source: str,
+        kind: str,
+        day: str | None,
+        file_hash: str,
+        mtime_ns: int,
+        size: int,
+        chunks: int,
+        pending: int,
+        now: int,
+        resume: Resume | None,
+    ) -> None:
+        r = resume
+        self.conn.execute(
+            "INSERT INTO files (path, source, kind, day, hash, mtime_ns, size, chunks, pending, "
+            "error, indexed_at, resume_line, resume_offset, indexed_bytes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)",
+            (
+                path,
+                source,
+                kind,
+                day,
+                file_hash,
+                mtime_ns,
+                size,
+                chunks,
+                pending,
+                now,
+                r.line if r else None,
+                r.offset if r else None,
+                r.length if r else None,
+            ),
+        )
+
+    def _insert_chunks(
+        self, path: str, source: str, model: str, chunks: Sequence[NewChunk], now: int
+    ) -> int:
+        """Insert new chunk rows with their FTS rows (and vectors, when given); return how
+        many still lack vectors."""
+        path_words = _path_words(path)
+        pending = 0
+        for chunk in chunks:
             embedded = chunk.vector is not None and self.vector_store != "none"
             row = self.conn.execute(
                 "INSERT INTO chunks (path, source, start_line, end_line, hash, model, text, "
@@ -272,11 +413,6 @@ class Store:
                 self._insert_vector(chunk_id, chunk.vector, chunk.lines)
             elif self.vector_store != "none":
                 pending += 1
-        self.conn.execute(
-            "INSERT INTO files (path, source, kind, day, hash, mtime_ns, size, chunks, pending, "
-            "error, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)",
-            (path, source, kind, day, file_hash, mtime_ns, size, len(chunks), pending, now),
-        )
         return pending
 
     def remove(self, path: str) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,15 +29,16 @@ from memd.config import IndexConfig, SessionsConfig
 from memd.embed.base import Embedder, Vectors, check_vectors
 from memd.embed.worker import document_jobs
 from memd.index.cache import EmbeddingCache
-from memd.index.chunk import chunk_markdown, fit_to_model, vector_lines
+from memd.index.chunk import Chunk, chunk_resumable, fit_to_model, vector_lines
 from memd.index.db import atomic, translate_errors
 from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
 from memd.index.report import Activity, IndexEntry, SyncReport
-from memd.index.store import FileRow, NewChunk, Store, VectorStore
+from memd.index.store import FileRow, NewChunk, Resume, Store, VectorStore
+from memd.index.tail import changed_chunks, digests, indexed_part, resume_at
 from memd.index.transcripts import Transcripts
 from memd.markdown.discover import SourceFile, discover, memory_file, read_regular
-from memd.redact import redact
+from memd.redact import reads_whole_text, redact
 from memd.sessions.transcript import map_lines
 from memd.watch.layout import RESCAN_SESSIONS, RESCANS
 
@@ -52,6 +54,9 @@ RACY_NS = 2_000_000_000
 
 
 TOKEN_COUNTS_KEPT = 200_000  # about 10 MB of digests and counts
+# Files are found whatever their size: one over index.max_file_bytes is indexed in part
+# (memd/index/tail.py), never dropped from the index.
+UNCAPPED = sys.maxsize
 # New text a rebuild embeds between two calls of its progress callback (which may stop it).
 REBUILD_STEP_CHARS = 16 * 1024
 
@@ -103,9 +108,12 @@ class Syncer:
         self._token_owner: Embedder | None = None
         # Set by an explicit reindex: the next full reconcile compares every file's content.
         self.look_next = False
-        # Files the last full reconcile found and could not index (too large), with why:
-        # every reply's freshness counts them, so nothing unsearchable is reported fresh.
+        # Files the last full reconcile found and could not index, with why: every reply's
+        # freshness counts them, so nothing unsearchable is reported fresh.
         self.skipped: list[tuple[str, str]] = []
+        # Files over index.max_file_bytes, indexed only in part, and their sizes.
+        self.partial: dict[str, int] = {}
+        self.tails = 0  # files indexed again from their resume point only (they grew)
         self.retry_at = 0.0  # time.monotonic() of the next allowed attempt
         # Held by every write to the live index; a rebuild holds it only to publish.
         self.lock = threading.RLock()
@@ -340,11 +348,11 @@ class Syncer:
         fresh: bool,
         look: bool = False,
     ) -> None:
-        found = discover(
-            self.root, self.extra_paths, self.config.max_file_bytes, diary=self.config.diary
-        )
+        found = discover(self.root, self.extra_paths, UNCAPPED, diary=self.config.diary)
         report.skipped = list(found.skipped)
         self.skipped = list(found.skipped)
+        cap = self.config.max_file_bytes
+        self.partial = {f.rel: f.size for f in found.files if f.size > cap}
         stored = {} if fresh else store.files()
         report.scanned = len(found.files)
         now_ns = time.time_ns()
@@ -389,23 +397,28 @@ class Syncer:
         if same_stat and not racy and not look:
             report.unchanged += 1
             return
+        cap = self.config.max_file_bytes
         try:
-            data = read_regular(f.abs)
+            data = read_regular(f.abs, cap + 1)
         except OSError as exc:
             report.errors.append((f.rel, f"cannot read: {exc.strerror or exc}"))
             return
         if data is None:
             return  # gone since the walk (or now a folder, link or FIFO); the next sync drops it
-        file_hash = hashlib.sha256(data).hexdigest()
+        if len(data) > cap:
+            self.partial[f.rel] = max(f.size, len(data))
+        else:
+            self.partial.pop(f.rel, None)
+        raw = indexed_part(data, cap)
+        point = store.resume_point(f.rel) if row is not None else None
+        # Of what is indexed (all, or the head), and of what was indexed before, if it grew.
+        file_hash, before = digests(raw, point)
         if row and row.hash == file_hash:
             if not row.same_stat(f.size, f.mtime_ns):
                 with atomic(store.conn):
                     store.touch_file(f.rel, f.mtime_ns, f.size)
             report.unchanged += 1
             return
-        text = decode_memory(data)
-        if self.config.redact:
-            text = redact(text)  # the index holds redacted text; the file is untouched
         entry = IndexEntry(
             f.rel,
             "memory",
@@ -415,15 +428,74 @@ class Syncer:
             f.size,
             file_hash,
         )
-        self._index_file(store, entry, text, model, report, same_vectors)
+        grew = point if row is not None and before == row.hash else None
+        if grew is not None and self._extend(store, entry, raw, grew, model, report, same_vectors):
+            return
+        text = decode_memory(raw)
+        # A file whose redaction reads the whole text (a private key) is indexed whole again
+        # when it grows: nothing says where it may be chunked again from.
+        whole = self.config.redact and reads_whole_text(text)
+        if self.config.redact:
+            text = redact(text)  # the index holds redacted text; the file is untouched
+        self._index_file(
+            store, entry, text, model, report, same_vectors, raw=None if whole else raw
+        )
+
+    def _extend(
+        self,
+        store: Store,
+        entry: IndexEntry,
+        raw: bytes,
+        point: Resume,
+        model: str,
+        report: SyncReport,
+        same_vectors: bool,
+    ) -> bool:
+        """Index a file whose first ``point.length`` bytes are what was indexed before from
+        ``point`` only (memd/index/tail.py); False when it cannot be (the text from there on
+        has a private key, or its rows are not as expected)."""
+        old, new = (
+            decode_memory(raw[point.offset : point.length]),
+            decode_memory(raw[point.offset :]),
+        )
+        if self.config.redact:
+            if reads_whole_text(new):  # the text before the resume point had none of it
+                return False
+            old, new = redact(old), redact(new)
+        tokens, overlap = self.config.chunk_tokens, self.config.chunk_overlap
+        before, _ = chunk_resumable(old, tokens, overlap, first_line=point.line)
+        after, restarts = chunk_resumable(new, tokens, overlap, first_line=point.line)
+        if self.embedder is not None:
+            self._count_all([c.text for c in (*before, *after)])
+        before, after = self._fit(before), self._fit(after)
+        resume = resume_at(raw, restarts, point) or Resume(point.line, point.offset, len(raw))
+        removed, added = changed_chunks(before, after)
+        rows = self._rows(store, entry, added, same_vectors, report, fresh=True)
+        with atomic(store.conn):
+            pending = store.extend_file(
+                path=entry.rel,
+                file_hash=entry.file_hash,
+                mtime_ns=entry.mtime_ns,
+                size=entry.size,
+                model=model,
+                remove=removed,
+                add=rows,
+                resume=resume,
+            )
+            if pending is None:
+                return False
+            store.bump_generation()
+        self.tails += 1
+        report.indexed += 1
+        report.chunks_written += len(rows)
+        return True
 
     def _reconcile_paths(self, store: Store, report: SyncReport, paths: set[str]) -> bool:
         """Sync only ``paths`` (from the watcher or an append); False when a full
         reconcile is needed instead. A workspace of thousands of files is not walked for one
         changed daily log."""
         looked = [
-            (rel, memory_file(self.root, rel, self.config.max_file_bytes, diary=self.config.diary))
-            for rel in paths
+            (rel, memory_file(self.root, rel, UNCAPPED, diary=self.config.diary)) for rel in paths
         ]
         if any(status == "rescan" for _, (status, _) in looked):
             return False
@@ -434,6 +506,7 @@ class Syncer:
         for rel, (_, f) in sorted(looked, key=lambda x: x[0]):
             row = store.file(rel)
             if f is None:
+                self.partial.pop(rel, None)
                 if row is not None and row.source == "memory":
                     store.remove(rel)
                     report.removed += 1
@@ -489,33 +562,18 @@ class Syncer:
         model: str,
         report: SyncReport,
         same_vectors: bool,
+        *,
+        raw: bytes | None = None,
     ) -> None:
-        e = self.embedder
-        chunks = chunk_markdown(text, self.config.chunk_tokens, self.config.chunk_overlap)
-        if e is not None:
+        """Index all of ``entry``'s ``text``; with ``raw`` (the bytes it was read from) also
+        keep where it may be chunked again from when it grows (memd/index/tail.py)."""
+        chunks, restarts = chunk_resumable(
+            text, self.config.chunk_tokens, self.config.chunk_overlap
+        )
+        if self.embedder is not None:
             self._count_all([c.text for c in chunks])
-            chunks = fit_to_model(chunks, self._count_tokens, e.max_tokens)
-        spans = []
-        for c in chunks:
-            start, end = c.start_line, c.end_line
-            if entry.line_map is not None:  # rendered transcript lines -> JSONL line numbers
-                start, end = map_lines(entry.line_map, start, end)
-            spans.append((start, end))
-        vectors: dict[str, tuple[Vectors, Vectors | None]] = {}
-        if e is not None and self.cache is not None and same_vectors:
-            # Chunks stored unchanged with their vectors keep them (a grown daily log): only
-            # the others are looked up in the cache.
-            have = store.embedded_keys(entry.rel)
-            wanted = [
-                (c.hash, c.hash, c.text)
-                for c, (start, end) in zip(chunks, spans, strict=True)
-                if (start, end, c.hash) not in have
-            ]
-            vectors = self._chunk_vectors(e, wanted, report, embed=False)
-        rows = [
-            NewChunk(start, end, c.text, c.hash, *vectors.get(c.hash, (None, None)))
-            for c, (start, end) in zip(chunks, spans, strict=True)
-        ]
+        rows = self._rows(store, entry, self._fit(chunks), same_vectors, report)
+        resume = resume_at(raw, restarts) if raw is not None else None
         with atomic(store.conn):
             store.replace_file(
                 path=entry.rel,
@@ -527,10 +585,51 @@ class Syncer:
                 size=entry.size,
                 model=model,
                 chunks=rows,
+                resume=resume,
             )
             store.bump_generation()
         report.indexed += 1
         report.chunks_written += len(rows)
+
+    def _fit(self, chunks: list[Chunk]) -> list[Chunk]:
+        """``chunks`` split further where the model would take them whole otherwise."""
+        e = self.embedder
+        return chunks if e is None else fit_to_model(chunks, self._count_tokens, e.max_tokens)
+
+    def _rows(
+        self,
+        store: Store,
+        entry: IndexEntry,
+        chunks: list[Chunk],
+        same_vectors: bool,
+        report: SyncReport,
+        *,
+        fresh: bool = False,
+    ) -> list[NewChunk]:
+        """The rows of ``chunks``, with the vectors the cache has for those not stored with
+        theirs already (``fresh``: none of them is)."""
+        e = self.embedder
+        spans = []
+        for c in chunks:
+            start, end = c.start_line, c.end_line
+            if entry.line_map is not None:  # rendered transcript lines -> JSONL line numbers
+                start, end = map_lines(entry.line_map, start, end)
+            spans.append((start, end))
+        vectors: dict[str, tuple[Vectors, Vectors | None]] = {}
+        if e is not None and self.cache is not None and same_vectors:
+            # Chunks stored unchanged with their vectors keep them (a file edited in one
+            # place): only the others are looked up in the cache.
+            have = set() if fresh else store.embedded_keys(entry.rel)
+            wanted = [
+                (c.hash, c.hash, c.text)
+                for c, (start, end) in zip(chunks, spans, strict=True)
+                if (start, end, c.hash) not in have
+            ]
+            vectors = self._chunk_vectors(e, wanted, report, embed=False)
+        return [
+            NewChunk(start, end, c.text, c.hash, *vectors.get(c.hash, (None, None)))
+            for c, (start, end) in zip(chunks, spans, strict=True)
+        ]
 
     def backing_off(self) -> bool:
         """True while embedding waits after a failure."""

@@ -201,9 +201,10 @@ def memory_file(
     return "file", SourceFile(rel, Path(path), st.st_size, st.st_mtime_ns, kind, day)
 
 
-def read_regular(path: Path) -> bytes | None:
-    """The bytes of ``path`` if it is still a regular file, else None: gone, or swapped for a
-    folder, a symlink or a FIFO since it was listed (opening a FIFO would block forever)."""
+def read_regular(path: Path, limit: int = -1) -> bytes | None:
+    """The bytes of ``path`` (at most ``limit`` of them) if it is still a regular file, else
+    None: gone, or swapped for a folder, a symlink or a FIFO since it was listed (opening a
+    FIFO would block forever)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
@@ -215,7 +216,7 @@ def read_regular(path: Path) -> bytes | None:
     with open(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return f.read()
+        return f.read(limit)
 
 
 def discover(

@@ -34,6 +34,6 @@ Choices (tested in tests/test_redact.py and tests/test_redact_corpus.py):
 """
 
 from memd.redact.base import MARK
-from memd.redact.engine import redact, redact_with_count
+from memd.redact.engine import reads_whole_text, redact, redact_with_count, starts_block
 
-__all__ = ["MARK", "redact", "redact_with_count"]
+__all__ = ["MARK", "reads_whole_text", "redact", "redact_with_count", "starts_block"]

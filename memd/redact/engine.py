@@ -10,6 +10,7 @@ import threading
 from collections import OrderedDict
 
 from memd.redact import assign, flags, prefixes, urls
+from memd.redact.armour import RULES as ARMOUR_RULES
 from memd.redact.armour import redact_armour
 from memd.redact.base import Rule
 from memd.redact.escaped import redact_escaped
@@ -37,10 +38,9 @@ _NEEDLES = tuple(sorted(set().union(*(needles for needles, _, _ in _RULES)) - _C
 # rows, after a trailing backslash, or a lone word: the rest of a wrapped value, or the value
 # under its label).
 # Private keys, which span unindented lines, are handled on the whole text first.
-_BLOCK = re.compile(
-    r"[^\n]*\n?"
-    r"(?:(?:[ \t]+[^\n]*|[ \t]*\|[^\n]*|(?<=\\\n)[^\n]+|[^\s|]+[ \t]*(?=\n|\Z))\n?)*"
-)
+_CONTINUATION = r"[ \t]+[^\n]*|[ \t]*\|[^\n]*|(?<=\\\n)[^\n]+|[^\s|]+[ \t]*(?=\n|\Z)"
+_BLOCK = re.compile(rf"[^\n]*\n?(?:(?:{_CONTINUATION})\n?)*")
+_CONTINUES = re.compile(_CONTINUATION)
 # Remembered by a 16-byte digest; the redacted text is kept only for the few blocks that held a
 # secret (None: the block comes back unchanged), so 50,000 blocks cost a few MB, not the text.
 _MEMO: OrderedDict[bytes, tuple[str, int] | None] = OrderedDict()
@@ -93,6 +93,22 @@ def _redact_blocks(text: str) -> tuple[str, int]:
             out.append(hit[0])
             total += hit[1]
     return "".join(out), total
+
+
+def starts_block(previous: str | None, line: str) -> bool:
+    """Whether a block starts at ``line`` (after ``previous``; None: the first line), whatever
+    came before: then redacting the text from ``line`` on gives the rest of what redacting the
+    whole text gives, unless :func:`reads_whole_text` (a file that grows is redacted from such
+    a line only, memd/index/tail.py)."""
+    if previous is None:
+        return True
+    return _CONTINUES.match(f"{previous}\n{line}", len(previous) + 1) is None
+
+
+def reads_whole_text(text: str) -> bool:
+    """Whether a rule that reads the whole text (a private key's armour) may act on ``text``."""
+    lower = text.lower()
+    return any(n in lower for needles, _ in ARMOUR_RULES for n in needles)
 
 
 def redact_with_count(text: str) -> tuple[str, int]:
