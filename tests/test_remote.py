@@ -244,7 +244,7 @@ def test_429_honours_retry_after(server: FakeProvider, sleeps: list[float]):
     server.responder = flaky([limited], lambda s: openai_reply(s, 4))
     e = make("openai", server, sleeps, dimensions=4)
     np.testing.assert_allclose(e.embed_batch(TEXTS), expected(TEXTS, 4), rtol=1e-6)
-    assert sleeps == [pytest.approx(2.0)]
+    assert sleeps == [pytest.approx(2.0, abs=0.05)]
     assert len(server.requests) == 2
 
 
