@@ -1,0 +1,367 @@
+"""A fortnight of life, generated: the features of memd together on a real daemon and real files.
+
+Two agents, each with its own workspace and session transcripts, live through days of appends,
+human edits of MEMORY.md, transcript messages, dreaming (every phase, written), searches, gets
+and session-start contexts by callers of every kind (the owner in a direct chat, the owner in a
+group chat, another agent, nobody in particular, spellings of chat kinds a client might send),
+and daemon restarts. Hypothesis chooses the sequence (``RuleBasedStateMachine``). Every text the
+test writes carries a unique word, so where a reply's text came from is known exactly.
+
+After every step:
+
+1. no reply holds a transcript's word for a caller that may not see that transcript, unless the
+   line was promoted into MEMORY.md and the caller may read MEMORY.md;
+2. no reply to a caller in a group chat holds a word that only MEMORY.md or DREAMS.md hold;
+3. every claim promoted appears once in MEMORY.md, and no line a human wrote there is lost;
+4. a search reply that says ``fresh: true`` finds the newest line of the file it asks about.
+
+At the end the daemon is stopped and each workspace's index must equal a fresh rebuild from
+its files. ``MEMD_LIFE_EXAMPLES`` sets how many lives are lived (default 12);
+``MEMD_LIFE_RESTARTS=0`` lives each with one daemon.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import memd_client
+from memd.config import Config
+from memd.embed.fake import FakeEmbedder
+from memd.index.index import Index
+from memd.index.sync import Syncer
+
+from .daemon_fixture import running_daemon
+
+EXAMPLES = int(os.environ.get("MEMD_LIFE_EXAMPLES", "12"))
+RESTARTS = os.environ.get("MEMD_LIFE_RESTARTS", "1") != "0"  # 0: one daemon for the whole life
+AGENTS = ("ava", "bob")
+WORD = re.compile(r"\b(?:tx|mem|log)[a-z]{2}\d+\b")
+SUBJECTS = ("the staging cluster", "the billing job", "my sister", "the cat", "the release")
+VERBS = ("is called", "runs on", "moved to", "likes", "depends on")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.when = datetime(2026, 3, 2, 9, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.when
+
+
+def _callers(agent: str) -> dict[str, dict[str, str] | None]:
+    """Who may ask about ``agent``'s workspace, by kind."""
+    other = next(a for a in AGENTS if a != agent)
+    return {
+        "anonymous": None,
+        "owner-direct": {"agent_id": agent, "chat_type": "direct"},
+        "owner-dm-key": {"session_key": f"agent:{agent}:telegram:dm:42"},
+        "owner-group": {"agent_id": agent, "chat_type": "group"},
+        "owner-group-key": {"session_key": f"agent:{agent}:discord:group:7"},
+        "owner-Supergroup": {"agent_id": agent, "chat_type": " Supergroup "},
+        "owner-channel-key": {"session_key": f"agent:{agent}:slack:CHANNEL:9"},
+        "other-direct": {"agent_id": other, "chat_type": "direct"},
+        "other-group": {"agent_id": other, "chat_type": "group"},
+    }
+
+
+def _in_group(kind: str) -> bool:
+    return "group" in kind.lower() or "channel" in kind.lower()
+
+
+def _owner(kind: str) -> bool:
+    return kind.startswith("owner")
+
+
+class Life(RuleBasedStateMachine):
+    """One life: see the module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.base = Path(tempfile.mkdtemp(prefix="memd-life-"))
+        self.home = self.base / "home"
+        self.saved_home = os.environ.get("MEMD_HOME")
+        os.environ["MEMD_HOME"] = str(self.home)
+        self.clock = Clock()
+        self.config = Config.load(timezone="UTC")
+        self.stack = contextlib.ExitStack()
+        self.daemon: Any = None
+        self.serial = 0
+        self.roots = {a: self.base / a for a in AGENTS}
+        self.sessions = {a: self.base / f"{a}-sessions" for a in AGENTS}
+        self.transcript_words: dict[str, set[str]] = {a: set() for a in AGENTS}
+        self.memory_words: dict[str, set[str]] = {a: set() for a in AGENTS}  # human lines
+        self.human_lines: dict[str, list[str]] = {a: [] for a in AGENTS}
+        self.newest: dict[str, tuple[str, str]] = {}  # agent -> (file, word of its newest line)
+        self.replies = 0
+        self._setup()
+
+    # -- the world --------------------------------------------------------------------------
+
+    def _word(self, kind: str) -> str:
+        self.serial += 1
+        letters = "".join(chr(ord("a") + (self.serial // 26**i) % 26) for i in range(2))
+        return f"{kind}{letters}{self.serial}"
+
+    def _sentence(self, word: str, data: st.DataObject) -> str:
+        subject = data.draw(st.sampled_from(SUBJECTS))
+        verb = data.draw(st.sampled_from(VERBS))
+        lasting = data.draw(st.booleans())
+        lead = "Always remember that" if lasting else "Today"
+        return f"{lead} {subject} {verb} {word}."
+
+    def _start(self) -> None:
+        self.daemon = self.stack.enter_context(
+            running_daemon(self.config, embedder=FakeEmbedder(), clock=self.clock)
+        )
+
+    def _stop(self) -> None:
+        self.stack.close()
+        self.stack = contextlib.ExitStack()
+        self.daemon = None
+
+    def _client(self, caller: dict[str, str] | None) -> memd_client.Client:
+        return memd_client.connect(self.daemon.socket_path, identity=caller)
+
+    def _setup(self) -> None:
+        for agent in AGENTS:
+            (self.roots[agent] / "memory").mkdir(parents=True)
+            self.sessions[agent].mkdir()
+            (self.roots[agent] / "MEMORY.md").write_text("# Long-Term Memory\n\n")
+        self._start()
+        with self._client(None) as c:
+            for agent in AGENTS:
+                c.workspace_add(
+                    str(self.roots[agent]),
+                    name=agent,
+                    sessions_dir=str(self.sessions[agent]),
+                    agent_id=agent,
+                )
+
+    def teardown(self) -> None:
+        try:
+            if self.daemon is not None:
+                for agent in AGENTS:  # transcripts are indexed after a delta: all of them now
+                    with self._client(None) as c:
+                        c.reindex(agent)
+                self._stop()
+                for agent in AGENTS:
+                    problems = _index_problems(self.config, self.roots[agent], self.sessions[agent])
+                    assert not problems, f"{agent}: {problems}"
+        finally:
+            self.stack.close()
+            if self.saved_home is None:
+                os.environ.pop("MEMD_HOME", None)
+            else:
+                os.environ["MEMD_HOME"] = self.saved_home
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    # -- what happens -----------------------------------------------------------------------
+
+    @rule(agent=st.sampled_from(AGENTS), data=st.data())
+    def agent_appends(self, agent: str, data: st.DataObject) -> None:
+        word = self._word("log")
+        with self._client({"agent_id": agent, "chat_type": "direct"}) as c:
+            written = c.append(agent, self._sentence(word, data))
+        self.newest[agent] = (written["path"], word)
+
+    @rule(agent=st.sampled_from(AGENTS), data=st.data())
+    def human_edits_memory(self, agent: str, data: st.DataObject) -> None:
+        word = self._word("mem")
+        line = f"- {self._sentence(word, data)}"
+        with open(self.roots[agent] / "MEMORY.md", "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        self.human_lines[agent].append(line)
+        self.memory_words[agent].add(word)
+        self.newest[agent] = ("MEMORY.md", word)
+
+    @rule(
+        agent=st.sampled_from(AGENTS), data=st.data(), role=st.sampled_from(["user", "assistant"])
+    )
+    def transcript_message(self, agent: str, data: st.DataObject, role: str) -> None:
+        word = self._word("tx")
+        record = {
+            "type": "message",
+            "timestamp": self.clock.when.isoformat().replace("+00:00", "Z"),
+            "message": {
+                "role": role,
+                "content": [{"type": "text", "text": self._sentence(word, data)}],
+            },
+        }
+        path = self.sessions[agent] / "s1.jsonl"
+        if not path.exists():
+            path.write_text(json.dumps({"type": "session", "id": "s1"}) + "\n")
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        self.transcript_words[agent].add(word)
+
+    @rule(hours=st.sampled_from([3, 9, 24]))
+    def time_passes(self, hours: int) -> None:
+        self.clock.when += timedelta(hours=hours)
+
+    @rule(agent=st.sampled_from(AGENTS), who=st.sampled_from(["anonymous", "owner-direct"]))
+    def dream(self, agent: str, who: str) -> None:
+        with self._client(_callers(agent)[who]) as c:
+            self._check(agent, who, c.dream(agent, apply=True))
+        self._check_memory(agent)
+
+    @rule(agent=st.sampled_from(AGENTS), who=st.sampled_from(sorted(_callers("ava"))))
+    def preview(self, agent: str, who: str) -> None:
+        with self._client(_callers(agent)[who]) as c:
+            self._check(agent, who, c.dream(agent))
+            self._check(agent, who, c.promote(agent))
+
+    @rule(
+        agent=st.sampled_from(AGENTS),
+        who=st.sampled_from(sorted(_callers("ava"))),
+        data=st.data(),
+        wait=st.sampled_from([0, 0, 3000]),
+    )
+    def search(self, agent: str, who: str, data: st.DataObject, wait: int) -> None:
+        words = sorted(
+            self.transcript_words["ava"] | self.transcript_words["bob"] | self.memory_words[agent]
+        )
+        newest = self.newest.get(agent)
+        choices = [*words[-6:], *([newest[1]] if newest else [])]
+        query = data.draw(st.sampled_from(choices)) if choices else "staging"
+        with self._client(_callers(agent)[who]) as c:
+            reply = c.search(agent, query, mode="keyword", wait_ms=wait, max_results=20)
+        self._check(agent, who, reply)
+        if newest and query == newest[1] and reply["freshness"]["fresh"]:
+            path = newest[0]
+            allowed = not (path == "MEMORY.md" and _in_group(who))
+            if allowed:
+                found = [h["path"] for h in reply["results"]]
+                assert path in found, f"fresh: true, yet {query} in {path} not found: {reply}"
+
+    @rule(
+        agent=st.sampled_from(AGENTS),
+        who=st.sampled_from(sorted(_callers("ava"))),
+        path=st.sampled_from(["MEMORY.md", "DREAMS.md", "today"]),
+    )
+    def get(self, agent: str, who: str, path: str) -> None:
+        if path == "today":
+            path = f"memory/{self.clock.when.date().isoformat()}.md"
+        with self._client(_callers(agent)[who]) as c:
+            try:
+                reply: Any = c.get(agent, path)
+            except memd_client.PathRefused as exc:
+                reply = {"refused": str(exc)}
+        self._check(agent, who, reply)
+
+    @rule(agent=st.sampled_from(AGENTS), who=st.sampled_from(sorted(_callers("ava"))))
+    def context(self, agent: str, who: str) -> None:
+        with self._client(_callers(agent)[who]) as c:
+            self._check(agent, who, c.context(agent))
+
+    @precondition(lambda self: RESTARTS and self.daemon is not None)
+    @rule()
+    def restart(self) -> None:
+        self._stop()
+        self._start()
+
+    # -- what must hold -------------------------------------------------------------------------
+
+    def _promoted_words(self, agent: str) -> set[str]:
+        """The transcript words MEMORY.md holds now (promoted lines)."""
+        text = (self.roots[agent] / "MEMORY.md").read_text(encoding="utf-8")
+        return set(WORD.findall(text)) & self.transcript_words[agent]
+
+    def _check(self, agent: str, who: str, reply: Any) -> None:
+        """Invariants 1 and 2 on one reply to caller ``who`` about ``agent``'s workspace."""
+        self.replies += 1
+        text = json.dumps(reply, ensure_ascii=False)
+        words = set(WORD.findall(text))
+        group = _in_group(who)
+        allowed: set[str] = set()
+        if _owner(who):  # an agent sees its own transcripts, whatever the chat
+            allowed |= self.transcript_words[agent]
+        if not group:  # MEMORY.md (and what was promoted into it) is not for group chats
+            allowed |= self._promoted_words(agent)
+        for other in AGENTS:
+            leaked = (words & self.transcript_words[other]) - allowed
+            assert not leaked, f"{who} got transcript words {leaked} of {other}: {text[:3000]}"
+        if group:
+            leaked = words & self.memory_words[agent]
+            assert not leaked, f"{who} (a group chat) got MEMORY.md's {leaked}: {text[:3000]}"
+
+    def _check_memory(self, agent: str) -> None:
+        """Invariant 3: each promotion once, every human line kept (once)."""
+        text = (self.roots[agent] / "MEMORY.md").read_text(encoding="utf-8")
+        lines = Counter(text.splitlines())
+        markers = [ln for ln in lines if ln.startswith("<!-- memd-promotion:")]
+        assert all(lines[m] == 1 for m in markers), text
+        bullets = Counter(ln.split(" [score=")[0] for ln in text.splitlines() if " [score=" in ln)
+        assert all(n == 1 for n in bullets.values()), f"promoted twice: {bullets}"
+        for line in self.human_lines[agent]:
+            assert lines[line] == 1, f"human line lost or doubled: {line!r}\n{text}"
+
+    @invariant()
+    def memory_files_hold(self) -> None:
+        for agent in AGENTS:
+            if (self.roots[agent] / "MEMORY.md").exists():
+                self._check_memory(agent)
+
+
+def _index_problems(config: Config, root: Path, sessions: Path) -> list[str]:
+    """The stopped daemon's index of ``root`` against a fresh rebuild of the same files."""
+    from memd.registry import _slug
+
+    path = config.index_dir / f"{_slug(root.resolve())}.sqlite"
+    index = Index(path)
+    index.open()
+    try:
+        with index.reader() as s:
+            dump = s.dump()
+    finally:
+        index.close()
+    scratch = Path(tempfile.mkdtemp(prefix="memd-oracle-"))
+    oracle = Index(scratch / "oracle.sqlite")
+    oracle.open()
+    try:
+        Syncer(
+            oracle,
+            root,
+            config=config.index,
+            embedder=FakeEmbedder(),
+            sessions_dir=sessions,
+            sessions=config.sessions,
+        ).sync()
+        with oracle.reader() as s:
+            expected = s.dump()
+    finally:
+        oracle.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    if dump == expected:
+        return []
+    return [
+        f"index != fresh rebuild: missing {sorted(set(expected) - set(dump))[:3]}, "
+        f"extra {sorted(set(dump) - set(expected))[:3]}"
+    ]
+
+
+TestLife = Life.TestCase
+TestLife.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.fixture(autouse=True)
+def _life_home() -> None:
+    """Each life sets MEMD_HOME itself (one per example); nothing to do per test."""
