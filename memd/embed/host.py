@@ -2,11 +2,11 @@
 
 Started by memd/embed/process.py as ``python -m memd.embed.host``. It reads requests from
 stdin and writes replies to the stdout it was given; its own fd 1 is pointed at stderr first,
-so nothing a native library prints can corrupt the protocol. Each frame is a 4-byte big-endian
-length and a msgpack map. Requests: ``{"op": "load", ...}`` (once, first), ``{"op": "embed",
+so nothing a native library prints can corrupt the protocol. Frames as memd/frames.py says.
+Requests: ``{"op": "load", ...}`` (once, first), ``{"op": "embed",
 "texts": [...], "kind": "query"|"document"}``, ``{"op": "tokens", "text": ...}`` (or
 ``"texts": [...]``: a list of counts). Replies:
-``{"ok": result}`` or ``{"error": message}`` for errors the model reports in an orderly way
+``{"ok": result}`` or ``{"error": [code, message]}`` for errors the model reports in an orderly way
 (an input too long); a crash is the process dying, which the supervisor sees and handles.
 
 A document embedding can be stopped for a query: the daemon sends SIGUSR1, llama.cpp's abort
@@ -22,53 +22,19 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import struct
 import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-import msgpack
+from memd import frames
 
 if TYPE_CHECKING:
     from memd.embed.llama import LlamaEmbedder
 
-__all__ = ["FAULT_ENV", "HEADER", "MAX_FRAME", "pack_frame", "read_frame", "write_frame"]
-
-MAX_FRAME = 256 << 20
-HEADER = struct.Struct(">I")
-"""Each frame: this 4-byte big-endian length, then that many bytes of msgpack."""
+__all__ = ["FAULT_ENV"]
 
 FAULT_ENV = "MEMD_TEST_WORKER_FAULT"
 """Test-only: make the worker crash or hang on purpose (see ``_Faults``). Never set in use."""
-
-
-def pack_frame(message: dict[str, Any]) -> bytes:
-    body: bytes = msgpack.packb(message, use_bin_type=True)
-    return HEADER.pack(len(body)) + body
-
-
-def write_frame(out: IO[bytes], message: dict[str, Any]) -> None:
-    out.write(pack_frame(message))
-    out.flush()
-
-
-def read_frame(inp: IO[bytes]) -> dict[str, Any] | None:
-    """The next frame from a blocking stream; None at a clean end of file."""
-    header = inp.read(HEADER.size)
-    if not header:
-        return None
-    if len(header) < HEADER.size:
-        raise EOFError("the stream ended inside a frame header")
-    (size,) = HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes is over the limit")
-    body = inp.read(size)
-    if len(body) < size:
-        raise EOFError("the stream ended inside a frame")
-    message = msgpack.unpackb(body, raw=False)
-    if not isinstance(message, dict):
-        raise ValueError("a frame must hold a map")
-    return message
 
 
 class _Preemption:
@@ -149,7 +115,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
     faults = _Faults("", "")
     embeds = 0
     while True:
-        request = read_frame(inp)
+        request = frames.read(inp)
         if request is None:
             return 0
         op = request.get("op")
@@ -175,7 +141,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 faults.at(str(request["kind"]))
                 vectors = _embed(engine, request["texts"], str(request["kind"]))
                 if vectors is None:
-                    write_frame(out, {"preempted": True})
+                    frames.write(out, {"preempted": True})
                     continue
                 result = {"rows": int(vectors.shape[0]), "data": vectors.tobytes()}
             elif op == "tokens":
@@ -186,12 +152,13 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
             else:
                 raise ProviderUnavailable(f"unknown request {op!r}")
         except ProviderUnavailable as exc:
-            write_frame(out, {"error": str(exc)})
+            frames.write(out, frames.error_frame(exc))
             continue
         except Exception as exc:  # reported to the daemon, which keeps the worker
-            write_frame(out, {"error": f"{type(exc).__name__}: {exc}"})
+            error = ProviderUnavailable(f"{type(exc).__name__}: {exc}")
+            frames.write(out, frames.error_frame(error))
             continue
-        write_frame(out, {"ok": result})
+        frames.write(out, {"ok": result})
 
 
 def _embed(engine: LlamaEmbedder, texts: list[str], kind: str) -> Any:

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import platform
-import selectors
 import signal
 import subprocess
 import sys
@@ -34,16 +33,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import msgpack
 import numpy as np
 
+from memd import frames
 from memd.atomicfile import write_atomic
 from memd.embed.base import BadVectors, Embedder, Kind, Preempted, Vectors, check_vectors
-from memd.embed.host import HEADER, MAX_FRAME, pack_frame
 from memd.embed.llama import LlamaEmbedder
-from memd_client.errors import ProviderUnavailable
+from memd_client.errors import ProviderUnavailable, from_wire
 
 __all__ = ["MODES", "LoadMode", "ModeMemory", "ProcessEmbedder", "cpu_signature"]
 
@@ -119,15 +117,6 @@ class ModeMemory:
         return data if isinstance(data, dict) else {}
 
 
-def describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
-    return f"exit {returncode}"
-
-
 class ProcessEmbedder(Embedder):
     """A local GGUF model served by a supervised worker process; same identity as in-process.
 
@@ -174,7 +163,7 @@ class ProcessEmbedder(Embedder):
         self._proc: subprocess.Popen[bytes] | None = None
         # The worker that has loaded its model, and so handles SIGUSR1 (before, it would die).
         self._loaded: subprocess.Popen[bytes] | None = None
-        self._selector: selectors.BaseSelector | None = None
+        self._pipe: frames.Pipe | None = None
         self._mode = 0
         self.mode_reason = ""
         remembered = memory.get(self.memory_key) if memory else None
@@ -285,7 +274,7 @@ class ProcessEmbedder(Embedder):
                     self._died(exc.cause)  # raises unless a safer mode is to be tried now
                     continue
                 if "error" in reply:
-                    error = str(reply["error"])
+                    error = str(from_wire(reply["error"]))
                     named = error.startswith("local model")
                     raise ProviderUnavailable(error if named else f"local model: {error}")
                 if reply.get("preempted"):
@@ -309,8 +298,7 @@ class ProcessEmbedder(Embedder):
         assert self._proc.stdin is not None
         os.set_blocking(self._proc.stdout.fileno(), False)
         os.set_blocking(self._proc.stdin.fileno(), False)
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(self._proc.stdout, selectors.EVENT_READ)
+        self._pipe = frames.Pipe(self._proc.stdin, self._proc.stdout)
         load = {
             "op": "load",
             "path": str(self.path),
@@ -335,61 +323,14 @@ class ProcessEmbedder(Embedder):
         )
 
     def _exchange(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        proc = self._proc
-        assert proc is not None and proc.stdin is not None and proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        self._write(proc.stdin, pack_frame(message), deadline, timeout)
-        header = self._read(proc.stdout, HEADER.size, deadline, timeout)
-        (size,) = HEADER.unpack(header)
-        if size > MAX_FRAME:
-            self._kill()
-            raise WorkerDied("a malformed reply")
-        reply = msgpack.unpackb(self._read(proc.stdout, size, deadline, timeout), raw=False)
-        if not isinstance(reply, dict):
-            self._kill()
-            raise WorkerDied("a malformed reply")
-        return reply
-
-    def _write(self, stream: IO[bytes], data: bytes, deadline: float, timeout: float) -> None:
-        """Send a request under the deadline: a worker hung in native code stops reading, and a
-        request larger than the pipe's buffer would otherwise block the daemon for good."""
-        view = memoryview(data)
-        with selectors.DefaultSelector() as writable:
-            writable.register(stream, selectors.EVENT_WRITE)
-            while view:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not writable.select(remaining):
-                    if time.monotonic() < deadline:
-                        continue
-                    self._kill()
-                    raise WorkerDied(f"no answer within {timeout:g} s")
-                try:
-                    view = view[os.write(stream.fileno(), view) :]
-                except BlockingIOError:
-                    continue
-                except (BrokenPipeError, ConnectionResetError):
-                    raise WorkerDied(self._reap()) from None
-
-    def _read(self, stream: IO[bytes], size: int, deadline: float, timeout: float) -> bytes:
-        assert self._selector is not None
-        chunks: list[bytes] = []
-        left = size
-        while left:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._selector.select(remaining):
-                if time.monotonic() < deadline:
-                    continue
-                self._kill()
-                raise WorkerDied(f"no answer within {timeout:g} s")
-            try:
-                data = os.read(stream.fileno(), left)
-            except BlockingIOError:
-                continue
-            if not data:
-                raise WorkerDied(self._reap())
-            chunks.append(data)
-            left -= len(data)
-        return b"".join(chunks)
+        assert self._pipe is not None
+        try:
+            return self._pipe.exchange(message, timeout)
+        except frames.ChildFailed as exc:
+            if exc.why == "closed":
+                raise WorkerDied(self._reap()) from None
+            self._kill()  # hung, or talking nonsense
+            raise WorkerDied(str(exc)) from None
 
     def _died(self, cause: str) -> None:
         """Clean up after a dead worker; return to retry at once in a safer mode, else raise."""
@@ -449,13 +390,13 @@ class ProcessEmbedder(Embedder):
             self._kill()
             code = self._proc.wait()
             return "closed its pipe and was killed"
-        return describe_exit(code)
+        return frames.describe_exit(code)
 
     def _stop(self, *, graceful: bool) -> None:
         proc, self._proc = self._proc, None
-        if self._selector is not None:
-            self._selector.close()
-            self._selector = None
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
         if proc is None:
             return
         if proc.stdin is not None:

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from memd import frames
 from memd.embed.base import Embedder, Vectors
 from memd.index.index import Index
 from memd.readers.reader import Reader, ReaderDied
@@ -194,11 +195,7 @@ class ReaderPool:
                 else:
                     reader.send({"vector": np.asarray(vector, dtype=np.float32).tobytes()})
             self._note(reader, index, reply)
-        if "error" in reply:
-            kind = getattr(errors, str(reply["error"]), None)
-            if not (isinstance(kind, type) and issubclass(kind, errors.MemdError)):
-                kind = errors.MemdError
-            raise kind(str(reply["message"]))
+        frames.raise_error(reply)
         return _outcome(reply["ok"])
 
     def _note(self, reader: Reader, index: Index, reply: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """A reader process: runs the daemon's searches over read connections of its own.
 
-Started by memd/readers/__init__.py as ``python -m memd.readers.host``. Frames as the model
-worker's (memd/embed/host.py): a 4-byte big-endian length and a msgpack map; its own fd 1 is
-pointed at stderr first, so nothing printed can corrupt the protocol. Requests:
+Started by memd/readers/__init__.py as ``python -m memd.readers.host``. Frames as memd/frames.py
+says; its own fd 1 is pointed at stderr first, so nothing printed can corrupt the protocol.
+Requests:
 
 - ``{"op": "open", "index": {"path", "token", "use_vec"}}``: open the index and load its
   vector sketch, so that the first search does not pay for it;
@@ -11,7 +11,7 @@ pointed at stderr first, so nothing printed can corrupt the protocol. Requests:
   daemon answers ``{"vector": float32 bytes}`` or ``{"embed_error": message}``.
 
 Replies: ``{"ok": outcome | None, "token": ..., "seq": ...}`` (``seq``: the last vector-log
-row the index's sketch applied, None without one) or ``{"error": type, "message": ...}``. It
+row the index's sketch applied, None without one) or ``{"error": [code, message]}``. It
 exits when stdin closes (the daemon stopped it, or died).
 """
 
@@ -25,9 +25,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from memd import frames
 from memd.blas import limit_blas_threads
 from memd.embed.base import Embedder, Kind, Vectors
-from memd.embed.host import read_frame, write_frame
 from memd.heap import configure_allocator
 from memd.index.index import Index
 from memd.search import SearchOptions, search
@@ -51,7 +51,7 @@ class _DaemonEmbedder(Embedder):
         raise NotImplementedError("a reader embeds nothing itself")
 
     def start_query(self, text: str) -> Future[Vectors]:
-        write_frame(self._out, {"embed": text})
+        frames.write(self._out, {"embed": text})
         return _Answer(self._inp)
 
 
@@ -69,7 +69,7 @@ class _Answer(Future[Vectors]):
 
     def result(self, timeout: float | None = None) -> Vectors:
         if not super().done():
-            reply = read_frame(self._inp)
+            reply = frames.read(self._inp)
             if reply is None:
                 sys.exit(0)  # the daemon is gone
             if "vector" in reply:
@@ -118,7 +118,7 @@ def _serve(request: dict[str, Any], indexes: _Indexes, inp: IO[bytes], out: IO[b
             "note": found.note,
         }
     sketch = index.loaded_sketch()
-    write_frame(
+    frames.write(
         out,
         {"ok": outcome, "token": index.token, "seq": sketch.seq if sketch is not None else None},
     )
@@ -132,13 +132,13 @@ def main() -> int:
     os.dup2(2, 1)
     indexes = _Indexes()
     while True:
-        request = read_frame(inp)
+        request = frames.read(inp)
         if request is None:
             return 0
         try:
             _serve(request, indexes, inp, out)
         except MemdError as exc:
-            write_frame(out, {"error": type(exc).__name__, "message": str(exc)})
+            frames.write(out, frames.error_frame(exc))
 
 
 if __name__ == "__main__":

@@ -5,16 +5,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import select
 import subprocess
 import sys
-import time
-from typing import IO, Any
+from typing import Any
 
-import msgpack
-
-from memd.embed.host import HEADER, MAX_FRAME, pack_frame
-from memd.embed.process import describe_exit
+from memd import frames
 from memd.index.index import Index
 
 __all__ = ["ANSWER_TIMEOUT_S", "Reader", "ReaderDied"]
@@ -36,6 +31,12 @@ class Reader:
     opened: set[str] = dataclasses.field(default_factory=set)  # index tokens
     indexes: dict[str, Index] = dataclasses.field(default_factory=dict)  # path -> reported to
 
+    def __post_init__(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self._pipe = frames.Pipe(self.proc.stdin, self.proc.stdout)
+
     @classmethod
     def start(cls, ident: int) -> Reader:
         env = dict(os.environ)
@@ -52,44 +53,22 @@ class Reader:
     # -- frames ---------------------------------------------------------------------------------
 
     def send(self, message: dict[str, Any]) -> None:
-        stdin = self.proc.stdin
-        assert stdin is not None
         try:
-            stdin.write(pack_frame(message))
-            stdin.flush()
-        except (BrokenPipeError, ConnectionResetError, ValueError):
-            raise ReaderDied(self._reap()) from None
+            self._pipe.send(message, ANSWER_TIMEOUT_S)
+        except frames.ChildFailed as exc:
+            raise self._failed(exc) from None
 
     def receive(self, timeout: float = ANSWER_TIMEOUT_S) -> dict[str, Any]:
-        stdout = self.proc.stdout
-        assert stdout is not None
-        deadline = time.monotonic() + timeout
-        (size,) = HEADER.unpack(self._read(stdout, HEADER.size, deadline, timeout))
-        if size > MAX_FRAME:
-            self.kill()
-            raise ReaderDied("a malformed reply")
-        reply = msgpack.unpackb(self._read(stdout, size, deadline, timeout), raw=False)
-        if not isinstance(reply, dict):
-            self.kill()
-            raise ReaderDied("a malformed reply")
-        return reply
+        try:
+            return self._pipe.receive(timeout)
+        except frames.ChildFailed as exc:
+            raise self._failed(exc) from None
 
-    def _read(self, stream: IO[bytes], size: int, deadline: float, timeout: float) -> bytes:
-        chunks: list[bytes] = []
-        left = size
-        while left:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([stream], [], [], remaining)[0]:
-                if time.monotonic() < deadline:
-                    continue
-                self.kill()
-                raise ReaderDied(f"no answer within {timeout:g} s")
-            data = os.read(stream.fileno(), left)
-            if not data:
-                raise ReaderDied(self._reap())
-            chunks.append(data)
-            left -= len(data)
-        return b"".join(chunks)
+    def _failed(self, exc: frames.ChildFailed) -> ReaderDied:
+        if exc.why == "closed":
+            return ReaderDied(self._reap())
+        self.kill()  # hung, or talking nonsense
+        return ReaderDied(str(exc))
 
     # -- ending ---------------------------------------------------------------------------------
 
@@ -105,7 +84,7 @@ class Reader:
             self.kill()
             self.proc.wait()
             return "closed its pipe and was killed"
-        return describe_exit(code)
+        return frames.describe_exit(code)
 
     def stop(self) -> None:
         """Close its pipe (a reader exits when it ends) and wait; kill it if it lingers."""
@@ -117,6 +96,7 @@ class Reader:
         except subprocess.TimeoutExpired:
             self.kill()
             self.proc.wait()
+        self._pipe.close()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         for index in self.indexes.values():

@@ -1,0 +1,171 @@
+"""Frames between the daemon and the processes it starts: the model worker and the readers.
+
+A frame is a 4-byte big-endian length, then that many bytes of msgpack holding one map. A
+child reads and writes its frames blocking (:func:`read`, :func:`write`); the daemon reads a
+child's answer under a deadline (:class:`Pipe`), so a child hung in native code, gone, or
+answering garbage is a :class:`ChildFailed` that says which, never a daemon waiting for good.
+Errors cross as the client's wire errors, ``{"error": [code, message]}``.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import struct
+import time
+from typing import IO, Any
+
+import msgpack
+
+from memd_client.errors import MemdError, from_wire, to_wire
+
+__all__ = [
+    "HEADER",
+    "MAX_FRAME",
+    "ChildFailed",
+    "Pipe",
+    "describe_exit",
+    "error_frame",
+    "pack",
+    "raise_error",
+    "read",
+    "write",
+]
+
+MAX_FRAME = 256 << 20
+HEADER = struct.Struct(">I")
+
+
+class ChildFailed(Exception):
+    """A child's answer did not come: ``why`` is "timeout", "closed" or "malformed"."""
+
+    def __init__(self, why: str, message: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
+def pack(message: dict[str, Any]) -> bytes:
+    body: bytes = msgpack.packb(message, use_bin_type=True)
+    return HEADER.pack(len(body)) + body
+
+
+def write(out: IO[bytes], message: dict[str, Any]) -> None:
+    """Write one frame to a blocking stream (a child's side)."""
+    out.write(pack(message))
+    out.flush()
+
+
+def read(inp: IO[bytes]) -> dict[str, Any] | None:
+    """The next frame from a blocking stream (a child's side); None at a clean end of file."""
+    header = inp.read(HEADER.size)
+    if not header:
+        return None
+    if len(header) < HEADER.size:
+        raise EOFError("the stream ended inside a frame header")
+    (size,) = HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise ValueError(f"frame of {size} bytes is over the limit")
+    body = inp.read(size)
+    if len(body) < size:
+        raise EOFError("the stream ended inside a frame")
+    return _map(body)
+
+
+def _map(body: bytes) -> dict[str, Any]:
+    message = msgpack.unpackb(body, raw=False)
+    if not isinstance(message, dict):
+        raise ValueError("a frame must hold a map")
+    return message
+
+
+def error_frame(exc: MemdError) -> dict[str, Any]:
+    """The frame that carries ``exc`` to the daemon."""
+    return {"error": to_wire(exc)}
+
+
+def raise_error(reply: dict[str, Any]) -> None:
+    """Raise the error a child's ``reply`` carries, as the client's exception, if it has one."""
+    if "error" in reply:
+        raise from_wire(reply["error"])
+
+
+def describe_exit(returncode: int) -> str:
+    """How a child ended, in a word or two: its signal's name, or its exit status."""
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit {returncode}"
+
+
+class Pipe:
+    """The daemon's end of a child's stdin and stdout: frames sent and answers read under a
+    deadline. The streams are read and written by file descriptor (no buffering)."""
+
+    def __init__(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+        self.stdin, self.stdout = stdin, stdout
+        self._readable = selectors.DefaultSelector()
+        self._readable.register(stdout, selectors.EVENT_READ)
+
+    def close(self) -> None:
+        self._readable.close()
+
+    def send(self, message: dict[str, Any], timeout: float) -> None:
+        """Send one frame; a child that stops reading (hung in native code) cannot block the
+        daemon longer than ``timeout``, nor can a frame larger than the pipe's buffer."""
+        deadline = time.monotonic() + timeout
+        view = memoryview(pack(message))
+        with selectors.DefaultSelector() as writable:
+            writable.register(self.stdin, selectors.EVENT_WRITE)
+            while view:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not writable.select(remaining):
+                    if time.monotonic() < deadline:
+                        continue
+                    raise ChildFailed("timeout", f"no answer within {timeout:g} s")
+                try:
+                    view = view[os.write(self.stdin.fileno(), view) :]
+                except BlockingIOError:
+                    continue
+                except (OSError, ValueError):  # a broken pipe, or one closed already
+                    raise ChildFailed("closed", "closed its pipe") from None
+
+    def receive(self, timeout: float) -> dict[str, Any]:
+        """The child's next frame, within ``timeout`` seconds."""
+        return self._receive(time.monotonic() + timeout, timeout)
+
+    def exchange(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Send ``message`` and read its answer, both within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        self.send(message, timeout)
+        return self._receive(deadline, timeout)
+
+    def _receive(self, deadline: float, timeout: float) -> dict[str, Any]:
+        (size,) = HEADER.unpack(self._read(HEADER.size, deadline, timeout))
+        if size > MAX_FRAME:
+            raise ChildFailed("malformed", "a malformed reply")
+        try:
+            return _map(self._read(size, deadline, timeout))
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise ChildFailed("malformed", "a malformed reply") from exc
+
+    def _read(self, size: int, deadline: float, timeout: float) -> bytes:
+        chunks: list[bytes] = []
+        left = size
+        while left:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._readable.select(remaining):
+                if time.monotonic() < deadline:
+                    continue
+                raise ChildFailed("timeout", f"no answer within {timeout:g} s")
+            try:
+                data = os.read(self.stdout.fileno(), left)
+            except BlockingIOError:
+                continue
+            if not data:
+                raise ChildFailed("closed", "closed its pipe")
+            chunks.append(data)
+            left -= len(data)
+        return b"".join(chunks)
