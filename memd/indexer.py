@@ -524,8 +524,11 @@ class Indexer:
             if not self._may_embed(ws):
                 continue
             self._embed_cursor = (self._embed_cursor + i + 1) % len(workspaces)
+            # An embedder with a step of its own (a remote API: one wave of parallel requests)
+            # takes the texts of as many files as the step holds.
+            step = ws.syncer.embedder.step_chars if ws.syncer.embedder else 0
             try:
-                ws.syncer.embed_pending(max_files=1, max_chars=EMBED_STEP_CHARS)
+                ws.syncer.embed_pending(max_files=None if step else 1, max_chars=EMBED_STEP_CHARS)
             except Exception as exc:
                 logger.warning("embedding in %s failed: %s", ws.name, exc)
             self._stepped()

@@ -81,6 +81,10 @@ class FakeProvider:
         self.responder: Callable[[Seen], Any] = lambda seen: (404, {}, {"error": "no responder"})
         self.release = threading.Event()
         self.latency = latency
+        # Hold each embedding request until this many are in flight (5 s at most), so that
+        # the most a client sends at once shows whatever the machine's speed.
+        self.gather = 0
+        self._arrived = threading.Condition()
         self.counts = Counts()
         self.batches = BatchApi(self)
         self._lock = threading.Lock()
@@ -127,6 +131,8 @@ class FakeProvider:
                 if embedding:
                     outer._enter(inputs_of(body))
                 try:
+                    if embedding and outer.gather:
+                        outer._gather()
                     if embedding and outer.latency:
                         time.sleep(outer.latency)
                     reply = outer.responder(seen)
@@ -183,6 +189,13 @@ class FakeProvider:
             c.texts += len(texts)
             c.tokens += sum(estimate_tokens(t) for t in texts)
             c.per_request_texts.append(len(texts))
+        with self._arrived:
+            self._arrived.notify_all()
+
+    def _gather(self) -> None:
+        with self._arrived:
+            self._arrived.notify_all()
+            self._arrived.wait_for(lambda: self._in_flight >= self.gather, timeout=5)
 
     def _leave(self) -> None:
         with self._lock:

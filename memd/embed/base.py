@@ -42,6 +42,15 @@ class Embedder(ABC):
     dims: int
     max_tokens: int
     batch_size: int = 32
+    # "local" (a model on this machine), "server" (Ollama, a server of your own) or "cloud" (a
+    # paid API): what the defaults of request sizes and concurrency go by.
+    kind: str = "local"
+    # True when the embedder runs its own requests, several at once, with queries apart (the
+    # remote APIs): documents go to it straight, not through one worker thread.
+    own_threads: bool = False
+    # New text one embedding step of the writer hands it (0: the writer's default, about 1 KB,
+    # so that a query or an append waits for little behind a local model).
+    step_chars: int = 0
 
     @abstractmethod
     def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
@@ -77,6 +86,10 @@ class Embedder(ABC):
         """:meth:`count_tokens` of each of ``texts`` (one round trip where the model is remote
         or in a process of its own)."""
         return [self.count_tokens(t) for t in texts]
+
+    def plan_requests(self, texts: Sequence[str]) -> int:
+        """How many requests embedding ``texts`` takes (0: none, the model is local)."""
+        return 0
 
     def settings(self) -> dict[str, object]:
         """Everything that changes the vectors (never secrets)."""

@@ -1,7 +1,10 @@
 """Remote embedding providers (OpenAI, Gemini, Voyage, Mistral, Ollama, OpenAI-compatible servers).
 
-Each splits work into the provider's batch limits, halves a batch the provider calls too large,
-keeps input order and returns L2-normalised float32 rows.
+Each splits work into requests within the provider's limits (inputs and tokens per request),
+sends up to ``concurrency`` of them at once (4 to a cloud API, 1 to Ollama or a server of your
+own), halves a request the provider calls too large, keeps input order and returns
+L2-normalised float32 rows. A search's query never waits for a document request: queries
+have threads of their own. What is sent is counted per provider (memd/embed/usage.py).
 
 Over 400 lines: six providers' request and response shapes, side by side because they share
 the batching, retries and errors (memd/embed/http.py) and differ only in those shapes.
@@ -15,7 +18,8 @@ import time
 import urllib.parse
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -23,6 +27,8 @@ from memd.config import EmbeddingConfig
 from memd.embed.base import Embedder, Kind, Vectors, normalize
 from memd.embed.http import BatchTooLarge, JsonClient
 from memd.embed.secrets import KEY_VARIABLES, Secret, load_api_key, redact
+from memd.embed.usage import Usage
+from memd.text import CHARS_PER_TOKEN
 from memd_client.errors import ConfigError, ProviderUnavailable
 
 __all__ = [
@@ -40,6 +46,20 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Sleep = Callable[[float], None]
+ProviderKind = Literal["cloud", "server"]
+
+# A cloud API takes requests in parallel and bills by the token: 4 in flight (OpenClaw's
+# choice) of up to 8,192 tokens each (its batch size, and about 32 KB of text: a request's
+# fixed cost is spread over hundreds of lines, and one wave of four is a second or so, which
+# is how long an append waits behind the embedding of a first index).
+CLOUD_CONCURRENCY = 4
+CLOUD_REQUEST_TOKENS = 8192
+# Ollama or a server of your own computes one request at a time on its own CPU or GPU: a query
+# sent meanwhile waits behind the request it is running, so requests stay at about 1 KB of
+# text, as for the local model (memd/embed/worker.py).
+SERVER_REQUEST_TOKENS = 256
+# Threads that send search queries, apart from the document requests.
+QUERY_THREADS = 4
 
 
 class MissingKey(ProviderUnavailable):
@@ -60,6 +80,8 @@ class RemoteEmbedder(Embedder):
     needs_key: ClassVar[bool] = True
     auth_header: ClassVar[str] = "Authorization"
     auth_prefix: ClassVar[str] = "Bearer "
+    kind: ProviderKind = "cloud"
+    own_threads = True
 
     def __init__(
         self, config: EmbeddingConfig, key: Secret | None = None, *, sleep: Sleep = time.sleep
@@ -71,7 +93,18 @@ class RemoteEmbedder(Embedder):
         self._dims = config.dimensions or self.known_dims.get(self.model, 0)
         self.max_tokens = self.default_max_tokens
         self.batch_size = self.batch_limit
+        cloud = self.kind == "cloud"
+        self.concurrency = config.concurrency or (CLOUD_CONCURRENCY if cloud else 1)
+        self.request_tokens = config.request_tokens or (
+            CLOUD_REQUEST_TOKENS if cloud else SERVER_REQUEST_TOKENS
+        )
+        # One writer step hands over as much new text as one wave of requests holds.
+        self.step_chars = self.concurrency * self.request_tokens * CHARS_PER_TOKEN
+        self.usage = Usage()  # in memory until memd gives it a file (memd/service.py)
         self._probe_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        self._queries_lock = threading.Lock()
+        self._queries: ThreadPoolExecutor | None = None  # made at the first search
         self._http = JsonClient(
             self.provider,
             config.base_url or self.default_base,
@@ -81,6 +114,8 @@ class RemoteEmbedder(Embedder):
             timeout=config.timeout_seconds,
             max_retries=config.max_retries,
             sleep=sleep,
+            on_request=lambda: self.usage.record(self.provider, requests=1),
+            keep=self.concurrency + QUERY_THREADS,
         )
         self.base_url = self._http.base_url
 
@@ -114,20 +149,81 @@ class RemoteEmbedder(Embedder):
         return {"dimensions": self.dimensions} if self.dimensions else {}
 
     def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        """Embed ``texts`` in requests within the provider's limits. Documents: up to
+        ``concurrency`` requests in flight, whoever asks (the writer, a rebuild); a query goes
+        at once on the caller's thread, beside them, never queued behind them."""
         texts = list(texts)
         if not texts:
             return np.zeros((0, self._dims), dtype=np.float32)
-        parts = [self._embed_split(batch, start, kind) for start, batch in self._plan(texts)]
+        plan = list(self._plan(texts))
+        if kind == "query":
+            parts = [self._embed_split(batch, start, kind) for start, batch in plan]
+        elif len(plan) == 1:
+            parts = [self._document(plan[0])]
+        else:
+            # Threads for this call only: nothing lingers once it returns.
+            with ThreadPoolExecutor(
+                min(self.concurrency, len(plan)), thread_name_prefix=f"memd-{self.provider}"
+            ) as pool:
+                futures = [pool.submit(self._document, item) for item in plan]
+                try:
+                    parts = [f.result() for f in futures]
+                finally:
+                    for f in futures:
+                        f.cancel()  # after a failure, the requests not yet sent are not sent
         return normalize(np.concatenate(parts, axis=0))
 
-    def _plan(self, texts: list[str]) -> Iterator[tuple[int, list[str]]]:
-        """Group ``texts`` into requests within the count and token limits, in order."""
+    def _document(self, item: tuple[int, list[str]]) -> Vectors:
+        start, texts = item
+        with self._slots:
+            return self._embed_split(texts, start, "document")
+
+    def start_query(self, text: str) -> Future[Vectors]:
+        """Embed a search query on a thread of the queries' own (a search does its keyword
+        half meanwhile); never behind a document request."""
+        with self._queries_lock:
+            if self._queries is None:
+                self._queries = ThreadPoolExecutor(
+                    QUERY_THREADS, thread_name_prefix=f"memd-{self.provider}-query"
+                )
+            return self._queries.submit(self.embed_query, text)
+
+    def close(self) -> None:
+        with self._queries_lock:
+            queries, self._queries = self._queries, None
+        if queries is not None:
+            queries.shutdown(wait=True, cancel_futures=True)
+        self._http.close()
+        self.usage.flush()
+
+    def describe_limits(self) -> dict[str, object]:
+        """How this provider is asked: what status shows of it."""
+        return {
+            "kind": self.kind,
+            "concurrency": self.concurrency,
+            "inputs_per_request": self.batch_size,
+            "tokens_per_request": self._request_budget(),
+            "held_s": round(self._http.pace.held(), 1),
+        }
+
+    def _request_budget(self) -> int:
+        limit = self.batch_tokens
+        return self.request_tokens if limit is None else min(limit, self.request_tokens)
+
+    def plan_requests(self, texts: Sequence[str]) -> int:
+        return sum(1 for _ in self._plan(list(texts)))
+
+    def _plan(self, texts: list[str], budget: int | None = 0) -> Iterator[tuple[int, list[str]]]:
+        """Group ``texts`` into requests within the count and token limits, in order (``budget``
+        tokens a request: by default the live requests' size; None: no limit)."""
         start, tokens = 0, 0
+        if budget == 0:
+            budget = self._request_budget()
         batch: list[str] = []
         for i, text in enumerate(texts):
             cost = self.count_tokens(text)
             full = len(batch) >= self.batch_size or (
-                self.batch_tokens is not None and batch and tokens + cost > self.batch_tokens
+                budget is not None and batch and tokens + cost > budget
             )
             if full:
                 yield start, batch
@@ -155,6 +251,18 @@ class RemoteEmbedder(Embedder):
     @abstractmethod
     def _request(self, texts: list[str], kind: Kind) -> Vectors:
         """Embed one request's worth of ``texts``; return their raw rows in input order."""
+
+    def _post(self, path: str, body: object, texts: list[str]) -> Any:
+        """POST one embedding request for ``texts``; count them and their tokens (the
+        provider's own count when the reply has one: ``usage`` or Ollama's
+        ``prompt_eval_count``)."""
+        estimate = sum(self.count_tokens_many(texts))
+        payload = self._http.post(path, body, tokens=estimate)
+        tokens = _reply_tokens(payload)
+        self.usage.record(
+            self.provider, texts=len(texts), tokens=estimate if tokens is None else tokens
+        )
+        return payload
 
     # -- reading replies ------------------------------------------------------------------------
 
@@ -222,7 +330,7 @@ class OpenAIEmbedder(RemoteEmbedder):
         return body
 
     def _request(self, texts: list[str], kind: Kind) -> Vectors:
-        payload = self._http.post("/embeddings", self._body(texts, kind))
+        payload = self._post("/embeddings", self._body(texts, kind), texts)
         return self._matrix(self._indexed_rows(payload, len(texts)), len(texts))
 
 
@@ -236,6 +344,7 @@ class OpenAICompatibleEmbedder(OpenAIEmbedder):
     batch_tokens = None
     default_max_tokens = 8192
     needs_key = False
+    kind = "server"
 
     def __init__(
         self, config: EmbeddingConfig, key: Secret | None = None, *, sleep: Sleep = time.sleep
@@ -300,7 +409,7 @@ class VoyageEmbedder(RemoteEmbedder):
         }
         if self.dimensions:
             body["output_dimension"] = self.dimensions
-        payload = self._http.post("/embeddings", body)
+        payload = self._post("/embeddings", body, texts)
         return self._matrix(self._indexed_rows(payload, len(texts)), len(texts))
 
     def _extra_settings(self) -> dict[str, object]:
@@ -328,7 +437,7 @@ class GeminiEmbedder(RemoteEmbedder):
             request["outputDimensionality"] = self.dimensions
         body = {"requests": [{**request, "content": {"parts": [{"text": t}]}} for t in texts]}
         path = f"/models/{urllib.parse.quote(name, safe='')}:batchEmbedContents"
-        payload = self._http.post(path, body)
+        payload = self._post(path, body, texts)
         items = payload.get("embeddings") if isinstance(payload, dict) else None
         if not isinstance(items, list) or len(items) != len(texts):
             raise self._bad(f"expected {len(texts)} items in 'embeddings'")
@@ -345,6 +454,7 @@ class OllamaEmbedder(RemoteEmbedder):
     default_model = "nomic-embed-text"
     default_max_tokens = 2048  # Ollama's default context
     needs_key = False
+    kind = "server"
 
     def __init__(
         self, config: EmbeddingConfig, key: Secret | None = None, *, sleep: Sleep = time.sleep
@@ -363,7 +473,7 @@ class OllamaEmbedder(RemoteEmbedder):
         }
         if self.dimensions:
             body["dimensions"] = self.dimensions
-        payload = self._http.post("/api/embed", body)
+        payload = self._post("/api/embed", body, texts)
         rows = payload.get("embeddings") if isinstance(payload, dict) else None
         if not isinstance(rows, list):
             raise self._bad("no 'embeddings' list")
@@ -403,3 +513,17 @@ def create_remote(
         where = " or ".join([*KEY_VARIABLES[name], "embedding.api_key_file"])
         raise MissingKey(f"no API key for {name} (set {where})")
     return cls(config, key, sleep=sleep)
+
+
+def _reply_tokens(payload: Any) -> int | None:
+    """The tokens a reply says the request cost, if it says."""
+    if not isinstance(payload, dict):
+        return None
+    usage = payload.get("usage")
+    if isinstance(usage, dict):
+        for name in ("prompt_tokens", "total_tokens"):
+            value = usage.get(name)
+            if isinstance(value, int) and value >= 0:
+                return value
+    count = payload.get("prompt_eval_count")
+    return count if isinstance(count, int) and count >= 0 else None

@@ -162,9 +162,31 @@ class _QueryVector(Future[Vectors]):
             ) from None
 
 
+def _with_deadline(
+    started: Future[Vectors], deadline: float | None, provider: str
+) -> Future[Vectors]:
+    """``started`` behind a _QueryVector: a search waits ``deadline`` seconds at most."""
+    future = _QueryVector(deadline, provider)
+    future.batch = started
+
+    def done(vector: Future[Vectors]) -> None:
+        if vector.cancelled():
+            return
+        exc = vector.exception()
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(vector.result())
+
+    started.add_done_callback(done)
+    return future
+
+
 class WorkerEmbedder(Embedder):
     """An Embedder whose calls all run on an EmbeddingWorker; same identity as the inner one.
 
+    An inner embedder with threads of its own (``own_threads``: a remote API, whose requests
+    run in parallel and whose queries never wait for documents) is called directly instead.
     With ``query_timeout``, a search waits at most that many seconds for its query's vector (a
     provider that hangs, a document batch stuck ahead of it), then gets ProviderUnavailable.
     """
@@ -177,9 +199,14 @@ class WorkerEmbedder(Embedder):
         self.dims = inner.dims
         self.max_tokens = inner.max_tokens
         self.batch_size = inner.batch_size
+        self.own_threads = inner.own_threads
+        self.kind = inner.kind
+        self.step_chars = inner.step_chars
         self.query_timeout = query_timeout
 
     def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        if self.own_threads:
+            return self.inner.embed_batch(texts, kind=kind)
         if kind == "query" or len(texts) < 2:
             return self.worker.embed(texts, kind)
         parts = [self.worker.embed(job, kind) for job in document_jobs(texts)]
@@ -189,6 +216,8 @@ class WorkerEmbedder(Embedder):
         return self.start_query(text).result()
 
     def start_query(self, text: str) -> Future[Vectors]:
+        if self.own_threads:  # a thread of its queries' own, never behind documents
+            return _with_deadline(self.inner.start_query(text), self.query_timeout, self.provider)
         future = _QueryVector(self.query_timeout, self.provider)
 
         def done(batch: Future[Vectors]) -> None:
@@ -209,6 +238,9 @@ class WorkerEmbedder(Embedder):
 
     def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
         return self.inner.count_tokens_many(texts)
+
+    def plan_requests(self, texts: Sequence[str]) -> int:
+        return self.inner.plan_requests(texts)
 
     def settings(self) -> dict[str, object]:
         return self.inner.settings()

@@ -18,7 +18,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,10 +26,10 @@ import apsw
 import numpy as np
 
 from memd.config import IndexConfig, SessionsConfig
-from memd.embed.base import Embedder, Vectors, check_vectors
+from memd.embed.base import BadVectors, Embedder, Vectors, check_vectors
 from memd.embed.worker import document_jobs
 from memd.index.cache import EmbeddingCache
-from memd.index.chunk import Chunk, chunk_resumable, fit_to_model, vector_lines
+from memd.index.chunk import LINES_VERSION, Chunk, chunk_resumable, fit_to_model, vector_lines
 from memd.index.db import atomic, translate_errors
 from memd.index.identity import KEYWORD_ONLY_MODEL, Identity
 from memd.index.index import Index
@@ -152,7 +152,13 @@ class Syncer:
             overlap,
             e.max_tokens,
             self.config.redact,
+            lines=LINES_VERSION if self.line_vectors else 0,
         )
+
+    @property
+    def line_vectors(self) -> bool:
+        """Whether chunks get a vector per line besides their own (``index.line_vectors``)."""
+        return self.config.line_vectors
 
     def state(self) -> tuple[str, str | None]:
         """("valid" | "missing" | "protected" | "mismatched", the differing field)."""
@@ -336,6 +342,17 @@ class Syncer:
                 return  # a failure (the file stays pending), or nothing left to embed
             if not store.has_pending():
                 return
+
+    def _texts_of(self, chunks: Iterable[tuple[object, str, str]]) -> dict[str, str]:
+        """hash -> text of ``chunks`` (key, hash, text) and of their lines, when lines get
+        vectors of their own."""
+        texts: dict[str, str] = {}
+        for _, h, text in chunks:
+            texts.setdefault(h, text)
+            if self.line_vectors:
+                for line, lh in vector_lines(text):
+                    texts.setdefault(lh, line)
+        return texts
 
     # -- the two phases -------------------------------------------------------------------------
 
@@ -715,12 +732,27 @@ class Syncer:
             files_total = base + counts["pending_files"]
             chunks_total = act.chunks_done + counts["chunks"] - counts["embedded_chunks"]
             act.embedding(base, files_total, chunks_total)
+        # An embedder that takes large requests in parallel (a remote API) gets the missing
+        # texts of many files in one call; the files are then stored from the cache.
+        waved = bool(e.step_chars and self.cache is not None and paths)
+        gathered: set[str] = set()  # files the wave counted the cache hits of
+        unusable: _BadTexts | None = None  # texts the wave got bad vectors for
         for n, path in enumerate(paths, 1):
             if progress:
                 progress("embed", n, len(paths))
             todo = store.unembedded(path)
             try:
-                vectors = self._chunk_vectors(e, todo, report, embed=True, max_chars=max_chars)
+                if waved and n == 1:
+                    budget = max(max_chars or 0, e.step_chars)
+                    try:
+                        gathered = self._wave(e, store, paths, report, budget)
+                    except _BadTexts as exc:
+                        unusable = exc  # the files without those texts are stored all the same
+                hits = SyncReport() if path in gathered else report
+                vectors = self._chunk_vectors(e, todo, hits, embed=not waved, max_chars=max_chars)
+                if unusable and len(vectors) < len(todo):
+                    if not unusable.hashes.isdisjoint(self._texts_of(todo)):
+                        raise unusable
             except Exception as exc:  # a provider failure: keep the file pending, say why
                 self._failed(f"{type(exc).__name__}: {exc}")
                 logger.warning("embedding %s failed: %s", path, self.last_error)
@@ -746,6 +778,31 @@ class Syncer:
                 return
             self.reset_backoff()
 
+    def _wave(
+        self,
+        e: Embedder,
+        store: Store,
+        paths: list[str],
+        report: SyncReport,
+        budget: int,
+    ) -> set[str]:
+        """Embed (into the cache) the missing texts of the first of ``paths``, in order, up to
+        about ``budget`` characters of them: one call, which the embedder sends as parallel
+        requests; return the paths it looked at. The loop after it stores the files whose
+        texts are all there."""
+        chunks: list[tuple[tuple[str, int], str, str]] = []
+        size = 0
+        seen: set[str] = set()
+        for path in paths:
+            todo = store.unembedded(path)
+            seen.add(path)
+            chunks += [((path, key), h, text) for key, h, text in todo]
+            size += sum(len(text) for _, _, text in todo)
+            if size >= budget:
+                break
+        self._chunk_vectors(e, chunks, report, embed=True, max_chars=budget)
+        return seen
+
     def _chunk_vectors(
         self,
         e: Embedder,
@@ -760,7 +817,8 @@ class Syncer:
         only the chunks whose vector and line vectors are all cached. ``max_chars`` (with a
         cache) stops the embedding after about that much text: the chunks it did not reach are
         left out."""
-        lines = {key: vector_lines(text) for key, _, text in chunks}
+        per_line = self.line_vectors
+        lines = {key: vector_lines(text) if per_line else [] for key, _, text in chunks}
         texts: dict[str, str] = {}
         for key, h, text in chunks:
             texts.setdefault(h, text)
@@ -779,17 +837,43 @@ class Syncer:
             batch = items[start : start + e.batch_size]
             vectors = e.embed_batch([t for _, t in batch], kind="document")
             # Whatever the provider: a NaN or zero row is a failed embedding, never cached.
-            check_vectors(vectors, len(batch), e.dims)
-            fresh = {h: vectors[i] for i, (h, _) in enumerate(batch)}
+            # The good rows of the same batch are kept: they may be other files' texts.
+            bad = _bad_rows(vectors, len(batch), e.dims)
+            fresh = {h: vectors[i] for i, (h, _) in enumerate(batch) if i not in bad}
             if self.cache is not None:
                 self.cache.put_many(e.settings_key, e.provider, e.model, fresh)
             by_hash.update(fresh)
-            report.embedded += len(batch)
+            report.embedded += len(fresh)
+            if bad:
+                try:
+                    check_vectors(vectors, len(batch), e.dims)
+                except BadVectors as exc:
+                    raise _BadTexts(str(exc), {batch[i][0] for i in bad}) from None
         return {
             key: (by_hash[h], _stack([by_hash[lh] for _, lh in lines[key]]))
             for key, h, _ in chunks
             if h in by_hash and all(lh in by_hash for _, lh in lines[key])
         }
+
+
+class _BadTexts(BadVectors):
+    """Some texts of a batch got vectors no search can use; ``hashes`` names them (the other
+    texts of the batch were kept)."""
+
+    def __init__(self, message: str, hashes: set[str]) -> None:
+        super().__init__(message)
+        self.hashes = hashes
+
+
+def _bad_rows(vectors: Vectors, rows: int, dims: int) -> set[int]:
+    """The rows of ``vectors`` that are not finite or are all zero (all of them when the
+    shape is wrong)."""
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape != (rows, dims):
+        return set(range(rows))
+    finite = np.isfinite(arr).all(axis=1)
+    zero = np.linalg.norm(np.nan_to_num(arr).astype(np.float64), axis=1) < 1e-6
+    return {int(i) for i in np.flatnonzero(~finite | zero)}
 
 
 def _digest(text: str) -> bytes:
