@@ -159,6 +159,11 @@ class EmbeddingConfig:
     # and 256 for Ollama and servers of your own, which compute one request at a time).
     concurrency: int = 0
     request_tokens: int = 0
+    # OpenAI's Batch API (half the price, results within 24 h) for a first index or a rebuild
+    # that would send at least batch_min_tokens: "auto" uses it there, "off" never.
+    batch_api: Literal["auto", "off"] = "auto"
+    batch_min_tokens: int = 1_000_000
+    batch_poll_seconds: float = 60.0
 
     def validate(self) -> None:
         _check(0 <= self.threads <= 256, "embedding.threads", "must be from 0 (automatic) to 256")
@@ -178,6 +183,16 @@ class EmbeddingConfig:
             0 <= self.request_tokens <= 1_000_000,
             "embedding.request_tokens",
             "must be from 0 (automatic) to 1000000",
+        )
+        _check(
+            1 <= self.batch_min_tokens <= 10**12,
+            "embedding.batch_min_tokens",
+            "must be at least 1",
+        )
+        _check(
+            1 <= self.batch_poll_seconds <= 86_400,
+            "embedding.batch_poll_seconds",
+            "must be from 1 to 86400",
         )
 
 

@@ -511,7 +511,13 @@ class Indexer:
         """Whether the live index of ``ws`` has embedding to do now; not while a rebuild embeds
         the same texts (both at once went at a third of the speed; the swap catches up)."""
         s = ws.syncer
-        return bool(s.embedder) and not s.rebuilding and not s.backing_off() and s.has_pending()
+        return (
+            bool(s.embedder)
+            and not s.rebuilding
+            and not s.backing_off()
+            and not s.resting()
+            and s.has_pending()
+        )
 
     def _has_embedding_work(self) -> bool:
         return any(self._may_embed(ws) for ws in self.workspaces.all())

@@ -21,6 +21,7 @@ from memd.atomicfile import write_atomic
 from memd.config import MAX_EXTRA_PATHS, Config, refused_directory, refused_extra_path
 from memd.dreams.place import DreamPlace
 from memd.embed.base import Embedder
+from memd.embed.batch import Batches
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
 from memd.index.sync import Syncer, SyncReport
@@ -189,11 +190,13 @@ class Workspaces:
         embedder: Embedder | None,
         cache: EmbeddingCache | None,
         protect: bool,
+        batches: Batches | None = None,
     ) -> None:
         self.config = config
         self.embedder = embedder
         self.cache = cache
         self.protect = protect
+        self.batches = batches
         self._workspaces: dict[Path, Workspace] = {}
         self._names: dict[str, Path] = {}
         self.missing: dict[str, dict[str, Any]] = {}
@@ -243,6 +246,7 @@ class Workspaces:
                 protect=self.protect,
                 sessions_dir=Path(sessions_dir).expanduser() if sessions_dir else None,
                 sessions=self.config.sessions,
+                batches=self.batches,
             )
             ws = Workspace(
                 name,
@@ -321,6 +325,7 @@ class Workspaces:
                         protect=self.protect,
                         sessions_dir=new_sessions,
                         sessions=self.config.sessions,
+                        batches=self.batches,
                     )
             self._names.pop(ws.name, None)
             self._names[new_name] = ws.root

@@ -9,12 +9,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from memd.config import Config
-from memd.embed.base import Embedder
+from memd.embed.base import Embedder, Vectors
+from memd.embed.batch import Batches
+from memd.embed.remote import OpenAIEmbedder, RemoteEmbedder
 from memd.embed.select import Choice, choose_embedder
+from memd.embed.usage import Usage
 from memd.embed.worker import WorkerEmbedder
 from memd.index.cache import EmbeddingCache
 from memd.index.store import DumpRow
@@ -32,6 +35,9 @@ __all__ = ["MemoryService"]
 
 logger = logging.getLogger(__name__)
 
+USAGE_FILE = "embedding-usage.json"  # in the state directory: what was sent to each provider
+BATCHES_DIR = "batches"  # in the state directory: the Batch API jobs memd waits for
+
 
 class MemoryService:
     """The reads over every workspace memd knows, with one embedder and one embedding cache."""
@@ -41,6 +47,11 @@ class MemoryService:
             config.embedding, models_dir=config.dirs.models, state_dir=config.state_dir, probe=True
         )
         inner = self.choice.embedder
+        # Texts, tokens and requests sent to remote providers, kept across restarts.
+        self.usage = Usage(config.state_dir / USAGE_FILE)
+        self.remote = inner if isinstance(inner, RemoteEmbedder) else None
+        if self.remote is not None:
+            self.remote.usage = self.usage
         if inner is not None and not isinstance(inner, WorkerEmbedder):
             # One thread owns the model; searches' query embeddings jump the indexing queue.
             try:
@@ -57,13 +68,19 @@ class MemoryService:
                     protect=True,
                     skipped=[*self.choice.skipped, (inner.provider, str(exc))],
                 )
+                self.remote = None
         # Reader processes for overlapping searches: the daemon sets them (memd/readers).
         self.readers: ReaderPool | None = None
         self.cache = EmbeddingCache(
             config.cache_path, max_entries=config.embedding.cache_max_entries
         )
+        self.batches = self._batches(config)
         self.registry = Workspaces(
-            config, embedder=self.embedder, cache=self.cache, protect=self.choice.protect
+            config,
+            embedder=self.embedder,
+            cache=self.cache,
+            protect=self.choice.protect,
+            batches=self.batches,
         )
         for ws in config.workspaces:
             self.registry.open_registered(
@@ -90,6 +107,35 @@ class MemoryService:
     def embedder(self) -> Embedder | None:
         return self.choice.embedder
 
+    def _batches(self, config: Config) -> Batches | None:
+        """The provider's Batch API, when it has one memd speaks and it is not switched off."""
+        remote = self.remote
+        if not isinstance(remote, OpenAIEmbedder) or not remote.batch_api:
+            return None
+        if config.embedding.batch_api == "off":
+            return None
+        cache = self.cache
+
+        def keep(vectors: Mapping[str, Vectors]) -> None:
+            cache.put_many(remote.settings_key, remote.provider, remote.model, vectors)
+
+        return Batches(
+            remote,
+            config.state_dir / BATCHES_DIR,
+            keep,
+            min_tokens=config.embedding.batch_min_tokens,
+            poll_seconds=config.embedding.batch_poll_seconds,
+        )
+
+    def provider_costs(self) -> dict[str, Any]:
+        """What status shows of the remote provider: how it is asked, what was sent to it
+        (today and in total), and the batches memd waits for."""
+        return {
+            "requests": self.remote.describe_limits() if self.remote else None,
+            "usage": self.usage.snapshot(),
+            "batches": self.batches.status() if self.batches else None,
+        }
+
     def close(self) -> None:
         if self.readers is not None:
             self.readers.close()
@@ -97,6 +143,7 @@ class MemoryService:
         self.cache.close()
         if self.embedder is not None:
             self.embedder.close()
+        self.usage.flush()
 
     # -- workspaces -----------------------------------------------------------------------------
 
@@ -277,6 +324,7 @@ class MemoryService:
                 "worker": self.embedder.health() if self.embedder else None,
                 "skipped": [{"provider": p, "reason": r} for p, r in self.choice.skipped],
                 "last_error": ws.syncer.last_error,
+                "line_vectors": ws.syncer.line_vectors,
             },
             "vector_store": {
                 "kind": vector_store,

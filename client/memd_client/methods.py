@@ -287,17 +287,21 @@ class Methods(ABC):
         force: bool = False,
         wait: bool = True,
         timeout: float | None = None,
+        dry_run: bool = False,
     ) -> Call[ReindexResult]:
         """Reindex one workspace (default all); with ``force``, rebuild from scratch.
 
         Args:
             wait: return the reports when done; else return at once with the queued names.
             timeout: seconds to wait for the reports; None waits as long as indexing takes.
+            dry_run: with ``force``, change nothing: return ``estimates``, what the rebuild
+                would send to the embedding provider (texts, tokens, requests).
         """
         params = {
             "workspace": None if workspace is None else _workspace(workspace),
             "force": force or None,
             "wait": wait,
+            "dry_run": dry_run or None,
         }
         return Call("reindex", params, timeout if wait else self.timeout)
 

@@ -82,6 +82,8 @@ class RemoteEmbedder(Embedder):
     auth_prefix: ClassVar[str] = "Bearer "
     kind: ProviderKind = "cloud"
     own_threads = True
+    # Whether the provider's Batch API is spoken here (memd/embed/batch.py): OpenAI's only.
+    batch_api: ClassVar[bool] = False
 
     def __init__(
         self, config: EmbeddingConfig, key: Secret | None = None, *, sleep: Sleep = time.sleep
@@ -213,6 +215,10 @@ class RemoteEmbedder(Embedder):
     def plan_requests(self, texts: Sequence[str]) -> int:
         return sum(1 for _ in self._plan(list(texts)))
 
+    @property
+    def http(self) -> JsonClient:
+        return self._http
+
     def _plan(self, texts: list[str], budget: int | None = 0) -> Iterator[tuple[int, list[str]]]:
         """Group ``texts`` into requests within the count and token limits, in order (``budget``
         tokens a request: by default the live requests' size; None: no limit)."""
@@ -315,6 +321,7 @@ class OpenAIEmbedder(RemoteEmbedder):
     batch_limit = 2048
     batch_tokens: ClassVar[int | None] = 250_000  # the API allows 300k tokens per request
     default_max_tokens = 8191
+    batch_api = True
 
     def __init__(
         self, config: EmbeddingConfig, key: Secret | None = None, *, sleep: Sleep = time.sleep
@@ -333,6 +340,20 @@ class OpenAIEmbedder(RemoteEmbedder):
         payload = self._post("/embeddings", self._body(texts, kind), texts)
         return self._matrix(self._indexed_rows(payload, len(texts)), len(texts))
 
+    # -- the Batch API (memd/embed/batch.py) ----------------------------------------------------
+
+    def batch_requests(self, texts: list[str]) -> Iterator[tuple[int, list[str]]]:
+        """``texts`` grouped into request lines of a batch: up to the API's own limits (no
+        one waits for these answers, so they need not be small)."""
+        return self._plan(texts, self.batch_tokens)
+
+    def batch_body(self, texts: list[str]) -> dict[str, object]:
+        return self._body(texts, "document")
+
+    def batch_rows(self, payload: Any, n: int) -> Vectors:
+        """The raw rows of one answer in a batch's output (a /v1/embeddings reply)."""
+        return self._matrix(self._indexed_rows(payload, n), n)
+
 
 class OpenAICompatibleEmbedder(OpenAIEmbedder):
     """A self-hosted OpenAI-style server (LM Studio, vLLM, llama.cpp server); key optional."""
@@ -345,6 +366,7 @@ class OpenAICompatibleEmbedder(OpenAIEmbedder):
     default_max_tokens = 8192
     needs_key = False
     kind = "server"
+    batch_api = False
 
     def __init__(
         self, config: EmbeddingConfig, key: Secret | None = None, *, sleep: Sleep = time.sleep
@@ -375,6 +397,7 @@ class MistralEmbedder(OpenAIEmbedder):
     batch_limit = 64
     batch_tokens = 16_000
     default_max_tokens = 8192
+    batch_api = False  # Mistral's batch jobs have shapes of their own
 
     def _body(self, texts: list[str], kind: Kind) -> dict[str, object]:
         body: dict[str, object] = {"model": self.model, "input": texts}

@@ -62,6 +62,21 @@ class EmbeddingCache:
                     out[str(h)] = np.frombuffer(bytes(blob), dtype=np.float32).copy()
         return out
 
+    def known(self, settings_key: str, hashes: Iterable[str], dims: int) -> set[str]:
+        """Those of ``hashes`` that have a vector here (without reading the vectors)."""
+        wanted = list(dict.fromkeys(hashes))
+        out: set[str] = set()
+        with self._lock, translate_errors("embedding cache"):
+            for start in range(0, len(wanted), 500):
+                part = wanted[start : start + 500]
+                rows = self._conn.execute(
+                    "SELECT hash FROM embedding_cache WHERE settings_key = ? AND dims = ? "
+                    f"AND hash IN ({','.join('?' * len(part))})",
+                    [settings_key, dims, *part],
+                )
+                out.update(str(r[0]) for r in rows)
+        return out
+
     def put_many(
         self, settings_key: str, provider: str, model: str, vectors: Mapping[str, Vectors]
     ) -> None:

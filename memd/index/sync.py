@@ -27,6 +27,7 @@ import numpy as np
 
 from memd.config import IndexConfig, SessionsConfig
 from memd.embed.base import BadVectors, Embedder, Vectors, check_vectors
+from memd.embed.batch import Batches
 from memd.embed.worker import document_jobs
 from memd.index.cache import EmbeddingCache
 from memd.index.chunk import LINES_VERSION, Chunk, chunk_resumable, fit_to_model, vector_lines
@@ -39,8 +40,9 @@ from memd.index.tail import changed_chunks, digests, indexed_part, resume_at
 from memd.index.transcripts import Transcripts
 from memd.markdown.discover import SourceFile, discover, memory_file, read_regular
 from memd.redact import reads_whole_text, redact
-from memd.sessions.transcript import map_lines
+from memd.sessions.transcript import list_transcripts, map_lines, render
 from memd.watch.layout import RESCAN_SESSIONS, RESCANS
+from memd_client.errors import MemdError
 
 __all__ = ["Progress", "SyncReport", "Syncer"]
 
@@ -84,12 +86,16 @@ class Syncer:
         protect: bool = False,
         sessions_dir: Path | None = None,
         sessions: SessionsConfig | None = None,
+        batches: Batches | None = None,
     ) -> None:
         self.index = index
         self.root = root
         self.config = config
         self.embedder = embedder
         self.cache = cache
+        # The provider's Batch API, for a first index or a rebuild large enough (memd/embed/batch.py).
+        self.batches = batches
+        self.rest_until = 0.0  # time.monotonic() before which only a batch can bring vectors
         self.extra_paths = extra_paths
         self.transcripts = (
             Transcripts(sessions_dir, sessions or SessionsConfig(), redact_text=config.redact)
@@ -221,13 +227,15 @@ class Syncer:
                 self._reconcile_some(
                     writer, report, _tracked(act, progress), paths if state != "missing" else None
                 )
+                if self.filling:
+                    self._maybe_batch(writer)
                 if embed:
                     self._embed_pending(writer, report, progress, act=act)
             finally:
                 self.activity = None
                 self.filling = False
             report.pending_files = writer.counts(vectors=False)["pending_files"]
-            self.index.tend_sketch()
+            self.index.tend()
         report.seconds = time.monotonic() - started
         if not report.errors:
             self.last_sync = time.time()
@@ -295,6 +303,7 @@ class Syncer:
                     store.set_identity(expected.to_dict())
                     store.ensure_vector_table()
                 self._reconcile(store, report, progress, fresh=True)
+                self._maybe_batch(store)
                 self._embed_rebuilt(store, report, progress, act)
                 counts = store.counts()
                 if counts["pending_files"]:
@@ -338,10 +347,118 @@ class Syncer:
         while True:
             embedded, errors = report.embedded, len(report.errors)
             self._embed_pending(store, report, progress, max_chars=REBUILD_STEP_CHARS, act=act)
-            if len(report.errors) > errors or report.embedded == embedded:
-                return  # a failure (the file stays pending), or nothing left to embed
-            if not store.has_pending():
-                return
+            if len(report.errors) > errors or not store.has_pending():
+                return  # a failure (the file stays pending), or done
+            if report.embedded == embedded and not self._wait_for_batch(progress):
+                return  # nothing left to embed
+
+    def estimate(self) -> dict[str, object]:
+        """What a rebuild would send to the embedder, without sending or writing anything: the
+        files and chunks it would index, the distinct texts (chunks, and lines when they get
+        vectors), those the embedding cache lacks, their tokens and requests, and whether
+        they would go through the Batch API."""
+        e = self.embedder
+        cap = self.config.max_file_bytes
+        tokens, overlap = self.config.chunk_tokens, self.config.chunk_overlap
+        texts: dict[str, str] = {}
+        files = chunks = 0
+
+        def add(text: str) -> None:
+            nonlocal chunks
+            found, _ = chunk_resumable(text, tokens, overlap)
+            if e is not None and e.own_threads:  # counting is free for a remote provider
+                found = fit_to_model(found, e.count_tokens, e.max_tokens)
+            chunks += len(found)
+            texts.update(self._texts_of((None, c.hash, c.text) for c in found))
+
+        for f in discover(self.root, self.extra_paths, UNCAPPED, diary=self.config.diary).files:
+            with contextlib.suppress(OSError):
+                data = read_regular(f.abs, cap + 1)
+                if data is not None:
+                    text = decode_memory(indexed_part(data, cap))
+                    add(redact(text) if self.config.redact else text)
+                    files += 1
+        if self.transcripts is not None:
+            for t in list_transcripts(self.transcripts.directory)[0]:
+                with contextlib.suppress(OSError):
+                    rendered = render(
+                        t.abs.read_bytes(), redact=redact if self.config.redact else None
+                    )
+                    if rendered.unreadable is None:
+                        add(rendered.text)
+                        files += 1
+        out: dict[str, object] = {
+            "files": files,
+            "chunks": chunks,
+            "texts": len(texts) if e is not None else 0,
+            "line_vectors": self.line_vectors if e is not None else False,
+            "cached": 0,
+            "send_texts": 0,
+            "send_tokens": 0,
+            "requests": 0,
+            "batch": False,
+        }
+        if e is None:
+            return out
+        known = self.cache.known(e.settings_key, texts, e.dims) if self.cache else set()
+        send = [t for h, t in texts.items() if h not in known]
+        send_tokens = sum(e.count_tokens_many(send))
+        batch = self.batches is not None and bool(send) and self.batches.worth_it(send_tokens)
+        out.update(
+            cached=len(texts) - len(send),
+            send_texts=len(send),
+            send_tokens=send_tokens,
+            requests=e.plan_requests(send) if not batch else 0,
+            batch=batch,
+        )
+        return out
+
+    def _wait_for_batch(self, progress: Progress | None) -> bool:
+        """Wait until a batch the texts wait for is due to be asked about; False when none is.
+        ``progress`` is called twice a second meanwhile (it stops a rebuild when memd stops)."""
+        b = self.batches
+        if b is None or not b.waiting():
+            return False
+        deadline = time.monotonic() + b.next_poll_in()
+        while True:
+            if progress:
+                progress("batch", 0, 0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(0.5, left))
+
+    def resting(self) -> bool:
+        """True while the vectors still missing can only come from a batch not yet due."""
+        return time.monotonic() < self.rest_until
+
+    def _maybe_batch(self, store: Store) -> None:
+        """Send the missing texts of ``store`` (an index filled for the first time, or a
+        rebuild's new file) to the provider's Batch API when they come to at least
+        ``embedding.batch_min_tokens``; below that, or if it refuses, they go live."""
+        b, e = self.batches, self.embedder
+        if b is None or e is None or self.cache is None or not self._same_vectors(store):
+            return
+        held = b.pending()
+        texts = {h: t for h, t in self._missing_texts(store).items() if h not in held}
+        tokens = sum(e.count_tokens_many(list(texts.values())))
+        if not texts or not b.worth_it(tokens):
+            return
+        try:
+            b.submit(texts)
+        except MemdError as exc:
+            logger.warning("the Batch API refused the texts of %s (%s): sent live", self.root, exc)
+
+    def _missing_texts(self, store: Store) -> dict[str, str]:
+        """hash -> text of every text (chunk or line) the pending files of ``store`` still
+        need and the embedding cache does not hold."""
+        assert self.embedder is not None and self.cache is not None
+        texts: dict[str, str] = {}
+        for path in store.pending_paths():
+            texts.update(self._texts_of(store.unembedded(path)))
+        e = self.embedder
+        known = self.cache.known(e.settings_key, texts, e.dims)
+        return {h: t for h, t in texts.items() if h not in known}
 
     def _texts_of(self, chunks: Iterable[tuple[object, str, str]]) -> dict[str, str]:
         """hash -> text of ``chunks`` (key, hash, text) and of their lines, when lines get
@@ -724,6 +841,10 @@ class Syncer:
         e = self.embedder
         if e is None or not self._same_vectors(store) or self.backing_off():
             return
+        held: set[str] = set()  # texts a batch is embedding: not sent again
+        if self.batches is not None and self.cache is not None and self.batches.waiting():
+            self.batches.poll()  # what finished goes into the cache, and is stored below
+            held = self.batches.pending()
         paths = store.pending_paths(max_files)
         base = files_total = 0
         if act is not None and paths:
@@ -745,11 +866,13 @@ class Syncer:
                 if waved and n == 1:
                     budget = max(max_chars or 0, e.step_chars)
                     try:
-                        gathered = self._wave(e, store, paths, report, budget)
+                        gathered = self._wave(e, store, paths, report, budget, held)
                     except _BadTexts as exc:
                         unusable = exc  # the files without those texts are stored all the same
                 hits = SyncReport() if path in gathered else report
-                vectors = self._chunk_vectors(e, todo, hits, embed=not waved, max_chars=max_chars)
+                vectors = self._chunk_vectors(
+                    e, todo, hits, embed=not waved, max_chars=max_chars, skip=held
+                )
                 if unusable and len(vectors) < len(todo):
                     if not unusable.hashes.isdisjoint(self._texts_of(todo)):
                         raise unusable
@@ -761,6 +884,9 @@ class Syncer:
                     store.set_file_error(path, self.last_error)
                 return  # the provider is down; later files would fail the same way
             if len(vectors) < len(todo):
+                if held and not held.isdisjoint(self._texts_of(todo)):
+                    self._rest(report, n == len(paths))
+                    continue  # a batch brings its vectors; the files after it go on
                 return  # the budget ran out: the texts embedded so far wait in the cache
             try:
                 with atomic(store.conn):
@@ -778,6 +904,12 @@ class Syncer:
                 return
             self.reset_backoff()
 
+    def _rest(self, report: SyncReport, last: bool) -> None:
+        """After the last pending file, when nothing but batches is left: the writer leaves
+        this index alone until the next poll."""
+        if last and not report.embedded and self.batches is not None:
+            self.rest_until = time.monotonic() + max(1.0, self.batches.next_poll_in())
+
     def _wave(
         self,
         e: Embedder,
@@ -785,6 +917,7 @@ class Syncer:
         paths: list[str],
         report: SyncReport,
         budget: int,
+        held: set[str],
     ) -> set[str]:
         """Embed (into the cache) the missing texts of the first of ``paths``, in order, up to
         about ``budget`` characters of them: one call, which the embedder sends as parallel
@@ -800,7 +933,7 @@ class Syncer:
             size += sum(len(text) for _, _, text in todo)
             if size >= budget:
                 break
-        self._chunk_vectors(e, chunks, report, embed=True, max_chars=budget)
+        self._chunk_vectors(e, chunks, report, embed=True, max_chars=budget, skip=held)
         return seen
 
     def _chunk_vectors(
@@ -811,6 +944,7 @@ class Syncer:
         *,
         embed: bool,
         max_chars: int | None = None,
+        skip: set[str] | None = None,
     ) -> dict[K, tuple[Vectors, Vectors | None]]:
         """(vector, line vectors) of the chunks (key, hash, text): from the cache, and with
         ``embed`` the missing texts embedded (each distinct one once) and cached; without it,
@@ -830,7 +964,12 @@ class Syncer:
         report.cache_hits += sum(
             1 for key, h, _ in chunks if h in by_hash and all(lh in by_hash for _, lh in lines[key])
         )
-        items = [(h, text) for h, text in texts.items() if h not in by_hash] if embed else []
+        skip = skip or set()
+        items = (
+            [(h, text) for h, text in texts.items() if h not in by_hash and h not in skip]
+            if embed
+            else []
+        )
         if max_chars is not None and self.cache is not None and items:
             items = items[: len(next(document_jobs([t for _, t in items], max_chars)))]
         for start in range(0, len(items), e.batch_size):
