@@ -83,6 +83,9 @@ def texts_sent(server: FakeProvider) -> list[str]:
 
 
 def test_usage_keeps_days_apart_and_survives_a_bad_file(tmp_path: Path) -> None:
+    idle = Usage(tmp_path / "idle.json")
+    idle.flush()
+    assert not (tmp_path / "idle.json").exists()  # nothing sent: nothing written
     day = [date(2026, 3, 1)]
     path = tmp_path / "usage.json"
     usage = Usage(path, today=lambda: day[0])

@@ -65,7 +65,6 @@ class Usage:
             for day, providers in loaded.get("days", {}).items():
                 for provider, counts in providers.items():
                     _add(self._days.setdefault(day, {}).setdefault(provider, _zero()), counts)
-            self._dirty = True
 
     def record(self, provider: str, *, texts: int = 0, tokens: int = 0, requests: int = 0) -> None:
         counts = {"texts": texts, "tokens": tokens, "requests": requests}
