@@ -78,7 +78,7 @@ def run_size(
     today = datetime.date.today().isoformat()
     log = ws_root / "memory" / f"{today}.md"
     write_log(log, int(size_mb * 1_000_000))
-    sock = home / "memd.sock"
+    sock = Path(tempfile.mkdtemp(prefix="memd-sock-")) / "memd.sock"  # a private directory
     proc = start_daemon(home, sock, provider, model, code=code)
     rng = random.Random(11)
     call_ms: list[float] = []
