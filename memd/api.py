@@ -98,6 +98,7 @@ class Api:
         self.schedule = schedule
         self.clock = clock
         self.started_at = time.time()
+        self.started: dict[str, Any] = {}  # how memd was started (set by the daemon)
         self.connections = 0
         self._registry_lock = threading.Lock()
         # append's idempotency keys, by (workspace root, key): runs in flight and their
@@ -165,6 +166,7 @@ class Api:
             "server": "memd",
             "version": __version__,
             "pid": os.getpid(),
+            "started": self.started,
             "methods": sorted(METHODS),
         }
 
@@ -185,6 +187,7 @@ class Api:
                 "readers": self.service.readers.health() if self.service.readers else None,
                 "connections": self.connections,
                 "socket": self.socket_path,
+                "started": self.started,
                 "missing_workspaces": sorted(self.service.registry.missing),
             }
         workspaces = []
@@ -210,12 +213,7 @@ class Api:
             watcher["pending_keys"] = sorted(watcher.get("pending_keys") or ())
             st["watcher"] = watcher
             workspaces.append(st)
-        # What the remote provider is sent, today and in total, and its batches: daemon-wide.
-        return {
-            "daemon": daemon,
-            "embedding": self.service.provider_costs(),
-            "workspaces": workspaces,
-        }
+        return {"daemon": daemon, "workspaces": workspaces}
 
     def _sources(self, ws: Workspace, caller: Caller, requested: Any) -> tuple[list[str], bool]:
         """(the index sources this caller may search here, whether MEMORY.md is excluded)."""
@@ -668,15 +666,10 @@ class Api:
         return result
 
     def reindex(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
-        only(params, "workspace", "force", "wait", "dry_run")
+        only(params, "workspace", "force", "wait")
         targets = self._targets(params)
         force = bool(bool_param(params, "force"))
         wait = bool_param(params, "wait")
-        if bool_param(params, "dry_run"):
-            if not force:
-                raise BadRequest("dry_run estimates a rebuild: it goes with force")
-            # Nothing is queued or written: what a rebuild would send, counted here.
-            return {"estimates": [self._estimate(ws) for ws in targets]}
         futures = [(ws, self.indexer.reindex(ws, force=force)) for ws in targets]
         if wait is False:
             return {"queued": [ws.name for ws, _ in futures]}
@@ -698,15 +691,6 @@ class Api:
                 }
             )
         return {"workspaces": reports}
-
-    def _estimate(self, ws: Workspace) -> dict[str, Any]:
-        embedder = self.service.embedder
-        return {
-            "workspace": ws.name,
-            "provider": embedder.provider if embedder else "none",
-            "model": embedder.model if embedder else "fts-only",
-            **ws.syncer.estimate(),
-        }
 
     def workspace_add(
         self, params: Mapping[str, Any], caller: Caller = ANONYMOUS

@@ -8,12 +8,14 @@ memd status ~/agent --json
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,14 +23,18 @@ from memd import __version__
 from memd.config import Config
 from memd.logs import configure_logging
 from memd.private import keep_private, make_private, private_directory
-from memd.service import MemoryService
 from memd_client.errors import MemdError
+
+if TYPE_CHECKING:  # imported by the commands that use it: `memd run` takes its lock first
+    from memd.service import MemoryService
 
 __all__ = ["main"]
 
 
 @contextmanager
 def _service(ctx: click.Context) -> Iterator[MemoryService]:
+    from memd.service import MemoryService
+
     try:
         config = Config.load(ctx.obj.get("config"))
         # The one-shot commands write the same state as the daemon: the same rules hold.
@@ -88,13 +94,23 @@ def cli(ctx: click.Context, config_path: str | None, log_level: str) -> None:
     envvar="MEMD_SOCKET",
     help="Socket path (default: $XDG_RUNTIME_DIR/memd/memd.sock).",
 )
+@click.option(
+    "--idle-exit",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    envvar="MEMD_IDLE_EXIT",
+    metavar="SECONDS",
+    help="When socket-activated: stop after this long without clients or work "
+    "(the service manager starts memd again on the next connection).",
+)
 @click.pass_context
-def run_cmd(ctx: click.Context, socket_path: str | None) -> None:
+def run_cmd(ctx: click.Context, socket_path: str | None, idle_exit: float | None) -> None:
     """Run the daemon in the foreground (what the systemd/launchd service starts).
 
+    Given a listening socket by systemd (LISTEN_FDS) or launchd (Sockets), it serves on that.
     Exit codes: 0 clean stop, 3 start-up failure, 4 already running.
     """
-    from pathlib import Path
+    start_lock = _start_lock(socket_path)  # before the imports that take a second or two
 
     from memd.blas import limit_blas_threads
     from memd.daemon import EXIT_STARTUP_FAILURE, Daemon
@@ -109,8 +125,39 @@ def run_cmd(ctx: click.Context, socket_path: str | None) -> None:
     except MemdError as exc:
         click.echo(f"Error: {exc}", err=True)
         ctx.exit(EXIT_STARTUP_FAILURE)
-    daemon = Daemon(config, socket=Path(socket_path) if socket_path else None)
+    daemon = Daemon(
+        config,
+        socket=Path(socket_path) if socket_path else None,
+        idle_exit=idle_exit,
+        start_lock=start_lock,
+    )
     ctx.exit(daemon.run())
+
+
+def _start_lock(socket_path: str | None) -> int | None:
+    """Hold the start lock beside the socket while this memd starts, so a client that finds
+    nothing listening meanwhile waits for it rather than starting another (see
+    memd_client.autostart); None when a client started this memd (it holds the lock) or the
+    lock is not to be had (the daemon's own checks then say what is wrong)."""
+    if os.environ.get("MEMD_STARTED_BY"):
+        return None
+    from memd_client.autostart import LOCK_NAME
+    from memd_client.paths import socket_path as default_socket
+
+    path = Path(socket_path) if socket_path else default_socket()
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(
+            path.parent / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+        )
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 @cli.command("index")

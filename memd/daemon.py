@@ -21,7 +21,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from concurrent.futures import Future
 from datetime import datetime
 from pathlib import Path
@@ -36,6 +36,7 @@ from memd.embed.select import Choice
 from memd.heap import release_memory, trim_heap
 from memd.indexer import RECONCILE, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
+from memd.ipc.activation import Activation, inherited_socket
 from memd.ipc.server import prepare_directory
 from memd.once import AppendKeys
 from memd.private import make_private, open_private_file, private_directory
@@ -109,10 +110,20 @@ class Daemon:
         socket: Path | None = None,
         debounce_ms: int | None = None,
         clock: Callable[[], datetime] | None = None,
+        idle_exit: float | None = None,
+        start_lock: int | None = None,
     ) -> None:
         self.config = config
         self.choice = choice
         self.socket_path = socket or socket_path()
+        # Seconds without clients or work after which a socket-activated memd stops (its
+        # manager starts it again on the next connection); None: never.
+        self.idle_exit = idle_exit
+        self.activation: Activation | None = None  # the socket a service manager passed
+        self.started: dict[str, Any] = {}  # how this memd was started, for status
+        # memd.start.lock, held until the socket accepts: clients wait rather than start a
+        # second memd meanwhile (memd_client.autostart).
+        self._start_lock = start_lock
         self.debounce_ms = config.watch.debounce_ms if debounce_ms is None else debounce_ms
         self.should_exit = threading.Event()
         self.reload_requested = threading.Event()
@@ -147,6 +158,7 @@ class Daemon:
         # what memd creates is its user's alone (0700 directories, 0600 files), and what an
         # earlier install left readable to others is tightened before anything is opened.
         self._umask = os.umask(0o077)
+        self._take_socket()
         self._take_lock()
         tightened = make_private(self.config.state_dir)
         if tightened:
@@ -162,8 +174,11 @@ class Daemon:
             watchers=self.watchers,
             on_count=self._count,
             clock=self.clock,
+            listening=self.activation.sock if self.activation else None,
+            started=self.started,
         )
         self.ready.set()
+        self._release_start_lock()
         sd_notify("READY=1")
         logger.info(
             "memd %d ready on %s with %d workspace(s), embedder %s",
@@ -185,8 +200,23 @@ class Daemon:
         next_release = time.monotonic() + RELEASE_AFTER_S
         next_trim = time.monotonic() + TRIM_EVERY_S
         work_seen = 0
+        idle = _Idle(self.idle_exit if self.activation is not None else None)
         while not self.should_exit.wait(0.25):
             now = time.monotonic()
+            if idle.expired(parts, now):
+                # Nothing is taken from the socket's queue from here on: a client that came
+                # meanwhile is served now, or else by the next memd.
+                parts.server.pause_accepting()
+                if not idle.expired(parts, now):
+                    parts.server.resume_accepting()
+                    continue
+                logger.info(
+                    "no clients and nothing to do for %s s: stopping; %s starts memd again on "
+                    "the next connection",
+                    self.idle_exit,
+                    self.started.get("by"),
+                )
+                break
             busy = (
                 parts.indexer.jobs_done + parts.dispatcher.calls,
                 any(ws.syncer.rebuilding for ws in parts.registry.all()),
@@ -227,6 +257,7 @@ class Daemon:
 
     def shutdown(self) -> None:
         sd_notify("STOPPING=1")
+        self._release_start_lock()
         if self.parts is not None:
             # A rebuild is abandoned first: a reindex waiting for it is answered (BUSY) before
             # its connection is closed, and nothing waits for the rebuild to finish.
@@ -309,6 +340,30 @@ class Daemon:
 
     # -- parts ----------------------------------------------------------------------------------
 
+    def _release_start_lock(self) -> None:
+        if self._start_lock is not None:
+            os.close(self._start_lock)
+            self._start_lock = None
+
+    def _take_socket(self) -> None:
+        """With socket activation, serve on the socket the service manager passed (at the
+        path it listens on) and say so in status."""
+        self.activation = inherited_socket()
+        self.started = how_started(self.activation, os.environ)
+        if self.activation is None:
+            if self.idle_exit:
+                logger.warning(
+                    "idle exit is for a socket-activated memd (nothing would start this one "
+                    "again): ignored"
+                )
+            return
+        if self.idle_exit:
+            self.started["idle_exit_s"] = self.idle_exit
+        given = self.activation.path
+        if given is not None and given != self.socket_path:
+            logger.info("serving on %s, the socket %s listens on", given, self.activation.manager)
+            self.socket_path = given
+
     def _take_lock(self) -> None:
         """One memd per state directory and per socket directory: flocks held for the life of
         the process (released on crash). Two daemons on one MEMD_HOME with different sockets
@@ -368,6 +423,48 @@ class Daemon:
             self.parts.api.connections = n
 
 
+def how_started(activation: Activation | None, env: MutableMapping[str, str]) -> dict[str, Any]:
+    """How this memd was started, as status says it: ``how`` (socket activation, service, on
+    demand, by hand) and ``by`` (the manager, or the client that started it)."""
+    by_client = env.pop("MEMD_STARTED_BY", None)  # set by memd_client.autostart
+    if activation is not None:
+        return {"how": "socket activation", "by": activation.manager}
+    if by_client:
+        return {"how": "on demand", "by": by_client}
+    if env.get("INVOCATION_ID"):  # systemd sets it for every unit it runs
+        return {"how": "service", "by": "systemd"}
+    if env.get("XPC_SERVICE_NAME", "0") != "0":  # launchd's label of the job
+        return {"how": "service", "by": f"launchd ({env['XPC_SERVICE_NAME']})"}
+    return {"how": "by hand", "by": None}
+
+
+class _Idle:
+    """When a socket-activated memd has been idle long enough to stop: no connection, no
+    request and no indexing work (pending files, vectors, a rebuild) for ``seconds``."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self._calls = -1
+        self._since = time.monotonic()
+
+    def expired(self, parts: Parts, now: float) -> bool:
+        if not self.seconds:
+            return False
+        calls = parts.dispatcher.calls
+        busy = (
+            calls != self._calls
+            or parts.server.connections > 0
+            or any(
+                parts.indexer.pending(ws) or ws.syncer.rebuilding or ws.syncer.has_pending()
+                for ws in parts.registry.all()
+            )
+        )
+        self._calls = calls
+        if busy:
+            self._since = now
+        return now - self._since >= self.seconds
+
+
 @dataclasses.dataclass
 class Parts:
     """Everything a running daemon is made of, built once by :func:`build`."""
@@ -403,6 +500,8 @@ def build(
     watchers: Watchers,
     on_count: Callable[[int], None],
     clock: Callable[[], datetime] | None,
+    listening: socket.socket | None = None,
+    started: dict[str, Any] | None = None,
 ) -> Parts:
     """Wire and start every part: stores, writer, recall recorder, watchers, then the socket
     (last, so no request arrives before the rest is up). Whatever started is stopped again if a
@@ -448,8 +547,9 @@ def build(
             clock=clock,
             append_keys=keys,
         )
+        api.started = started or {}  # before the first client can ask
         dispatcher = Dispatcher(api)
-        server = Server(socket_path, dispatcher, on_count=on_count)
+        server = Server(socket_path, dispatcher, on_count=on_count, listening=listening)
         stack.callback(server.stop)
         server.bind()
         server.start()

@@ -58,6 +58,9 @@ def memd_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own MEMD_HOME, so no test touches a real user's state."""
     home = tmp_path / "home"
     monkeypatch.setenv("MEMD_HOME", str(home))
+    # A client that finds no memd starts one (memd_client.autostart): not in tests, which start
+    # the daemons they need (tests/test_autostart.py turns it back on).
+    monkeypatch.setenv("MEMD_AUTOSTART", "0")
     for var in ("XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "MEMD_CONFIG", "MEMD_LOCAL_MODEL"):
         monkeypatch.delenv(var, raising=False)
     return home

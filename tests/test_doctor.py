@@ -61,7 +61,8 @@ def test_healthy_run_has_no_failure(monkeypatch: pytest.MonkeyPatch) -> None:
     assert checks["socket directory"].status == "ok"
     # Not running is a warning whose fix is to start it, not a failure.
     assert checks["daemon"].status == "warn"
-    assert checks["daemon"].fix == "memd run"
+    # (the tests turn clients' autostart off; with it on, the next client starts memd)
+    assert checks["daemon"].fix is not None and checks["daemon"].fix.startswith("memd run")
     if HAVE_MODEL:
         assert "384 dims" in checks["model"].detail
         if checks["model"].status == "warn":  # a CPU whose AMX kernels crash llama.cpp

@@ -13,7 +13,9 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +27,7 @@ from memd.config import Config
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
 
-from .daemon_fixture import running_daemon
+from .daemon_fixture import running_daemon, short_socket_dir, wait_for
 
 PLUGIN = Path(__file__).resolve().parent.parent / "integrations" / "openclaw"
 OPENCLAW = "openclaw@2026.9.6"
@@ -62,6 +64,19 @@ def plugin_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
+def memctl(tmp_path: Path) -> Path:
+    """A `memctl` that runs this checkout with this interpreter (the plugin starts memd with
+    it, as it would with the memctl of an installation)."""
+    script = tmp_path / "bin" / "memctl"
+    script.parent.mkdir()
+    script.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -c "from memd.ctl.memctl import main; main()" "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
+@pytest.fixture
 def ws(tmp_path: Path) -> Path:
     root = tmp_path / "agent"
     (root / "memory").mkdir(parents=True)
@@ -81,12 +96,15 @@ def daemon(ws: Path) -> Iterator[Daemon]:
 
 
 @needs_npm
-def test_plugin_suite_against_a_running_memd(plugin_copy: Path, daemon: Daemon, ws: Path) -> None:
+def test_plugin_suite_against_a_running_memd(
+    plugin_copy: Path, daemon: Daemon, ws: Path, memctl: Path
+) -> None:
     assert node is not None
     env = {
         **os.environ,
         "MEMD_TEST_SOCKET": str(daemon.socket_path),
         "MEMD_TEST_WORKSPACE": str(ws),
+        "MEMD_TEST_MEMCTL": str(memctl),
     }
     result = subprocess.run(
         [node, "--test", "--test-reporter=spec", "test/"],
@@ -100,7 +118,7 @@ def test_plugin_suite_against_a_running_memd(plugin_copy: Path, daemon: Daemon, 
     report = result.stdout + result.stderr
     assert result.returncode == 0, report
     counts = dict(re.findall(r"^ℹ (tests|pass|fail|skipped) (\d+)$", report, re.MULTILINE))
-    assert counts == {"tests": "15", "pass": "15", "fail": "0", "skipped": "0"}, report
+    assert counts == {"tests": "17", "pass": "17", "fail": "0", "skipped": "0"}, report
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +185,62 @@ def test_openclaw_uses_memd_as_its_memory(
     with memd_client.connect(daemon.socket_path) as c:
         paths = [w["path"] for w in c.workspace_list()["workspaces"]]
     assert str(agent_ws.resolve()) in paths
+
+
+@needs_npm
+@pytest.mark.timeout(1800)  # installing OpenClaw from npm is part of it
+def test_openclaw_is_served_with_no_memd_running(
+    openclaw: tuple[Path, Path], ws: Path, tmp_path: Path, memctl: Path
+) -> None:
+    """Nothing runs memd: OpenClaw's first memory call starts it through the plugin."""
+    node24, entry = openclaw
+    home = tmp_path / "oc-home"
+    state = home / ".openclaw"
+    state.mkdir(parents=True)
+    memd_home = tmp_path / "memd-home"
+    sock_dir = short_socket_dir()
+    sock = sock_dir / "memd.sock"
+    env = {
+        **os.environ,
+        "PATH": f"{node24.parent}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(home),
+        "OPENCLAW_STATE_DIR": str(state),
+        "OPENCLAW_CONFIG_PATH": str(state / "openclaw.json"),
+        "MEMD_HOME": str(memd_home),
+        "MEMD_SOCKET": str(sock),
+    }
+    env.pop("MEMD_AUTOSTART", None)  # as a user has it: on
+
+    def oc(*args: str) -> subprocess.CompletedProcess[str]:
+        return _run([str(node24), str(entry), *args], env=env, timeout=300)
+
+    assert npm is not None
+    packed = _run([npm, "pack", str(PLUGIN), "--pack-destination", str(tmp_path)], env=env)
+    tarball = tmp_path / packed.stdout.strip().splitlines()[-1]
+    try:
+        oc("plugins", "install", f"npm-pack:{tarball}", "--force", "--accept-capabilities")
+        oc("config", "set", "plugins.entries.memory-core.enabled", "false")
+        oc("config", "set", "plugins.entries.memd.config.memctl", str(memctl))
+        oc("config", "set", "agents.defaults.workspace", str(ws))
+        assert not sock.exists()
+        found = oc("memory", "search", "staging cluster Orion")
+        assert "MEMORY.md:" in found.stdout and "Orion" in found.stdout, found.stdout + found.stderr
+        with memd_client.connect(sock, autostart=False) as c:
+            started = c.hello()["started"]
+        assert started["how"] == "on demand" and started["by"].startswith("openclaw (pid ")
+    finally:
+        lock = memd_home / "state" / "memd.lock"
+        if lock.exists():
+            pid = int(lock.read_text() or 0)
+            if pid and Path(f"/proc/{pid}").exists():
+                os.kill(pid, signal.SIGTERM)
+                wait_for(lambda: _gone(pid), "memd to stop")
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def _gone(pid: int) -> bool:
+    """``pid`` has exited (a zombie awaiting its reaper counts)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True

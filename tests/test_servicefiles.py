@@ -1,7 +1,8 @@
-"""The systemd unit, the launchd plist, and `memctl service install|uninstall|status`.
+"""The systemd units, the launchd plist, and `memctl service install|uninstall|status`.
 
-No test talks to a real service manager: commands go to a recording runner, and HOME /
-XDG_CONFIG_HOME point into tmp_path.
+No test here talks to a real service manager: commands go to a recording runner, and HOME /
+XDG_CONFIG_HOME point into tmp_path (tests/test_activation.py starts memd with a socket
+passed the way systemd passes it).
 """
 
 from __future__ import annotations
@@ -23,13 +24,22 @@ from click.testing import CliRunner
 
 from memd.ctl import servicefiles
 from memd.ctl.memctl import cli
-from memd.ctl.servicefiles import ServiceError, launchd_plist, memd_executable, systemd_unit
+from memd.ctl.servicefiles import (
+    ServiceError,
+    launchd_plist,
+    memd_executable,
+    systemd_socket,
+    systemd_unit,
+)
 
 from .daemon_fixture import running_daemon
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED_LOG = Path("/Users/USERNAME/Library/Logs/memd.log")
+SHIPPED_SOCKET = Path("/Users/USERNAME/Library/Application Support/memd/run/memd.sock")
 EXE = Path("/opt/memd venv/bin/memd")
+SOCK = Path("/Users/me/Library/Application Support/memd/run/memd.sock")
+START = ["systemctl", "--user", "enable", "--now", "memd.socket", "memd.service"]
 
 Reply = tuple[int, str, str]
 
@@ -59,11 +69,16 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(user_home))
     for var in ("XDG_CONFIG_HOME", "MEMD_HOME", "MEMD_SOCKET", "MEMD_CONFIG"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
     return user_home
 
 
 def unit_path(home: Path) -> Path:
     return home / ".config" / "systemd" / "user" / "memd.service"
+
+
+def socket_unit(home: Path) -> Path:
+    return home / ".config" / "systemd" / "user" / "memd.socket"
 
 
 def plist_path(home: Path) -> Path:
@@ -78,9 +93,18 @@ def test_shipped_unit_is_the_rendering_for_the_pipx_path() -> None:
     assert shipped == systemd_unit(Path("%h/.local/bin/memd"))
 
 
+def test_shipped_socket_is_the_rendering_for_the_runtime_directory() -> None:
+    shipped = (REPO / "systemd" / "memd.socket").read_text()
+    assert shipped == systemd_socket()
+    assert "ListenStream=%t/memd/memd.sock" in shipped.splitlines()
+
+
 def test_shipped_plist_is_the_rendering_for_usr_local() -> None:
     shipped = (REPO / "launchd" / "dev.memd.memd.plist").read_bytes()
-    assert shipped == launchd_plist(Path("/usr/local/bin/memd"), log_path=SHIPPED_LOG)
+    rendered = launchd_plist(
+        Path("/usr/local/bin/memd"), log_path=SHIPPED_LOG, socket=SHIPPED_SOCKET
+    )
+    assert shipped == rendered
 
 
 # --- rendering -----------------------------------------------------------------------------------
@@ -104,8 +128,15 @@ def test_unit_runs_the_executable_as_a_notify_service() -> None:
         "UMask=0077",
         "Environment=PYTHONUNBUFFERED=1",
         "WantedBy=default.target",
+        # socket activation: systemd listens, memd takes the socket; enabling one enables both
+        "Requires=memd.socket",
+        "After=memd.socket",
+        "Also=memd.socket",
     ):
         assert expected in lines
+    # The runtime directory belongs to the socket unit: a RuntimeDirectory= of the service
+    # would be removed (with the socket systemd listens on) whenever memd stops.
+    assert not any(line.startswith("RuntimeDirectory") for line in lines)
     # Options that need user namespaces stay out of the base unit (it must start without them).
     for option in ("ProtectSystem=", "ProtectHome=", "PrivateTmp=", "PrivateUsers="):
         assert not any(line.startswith(option) for line in lines)
@@ -126,6 +157,22 @@ def test_unit_quotes_and_escapes_paths_and_environment() -> None:
 def test_unit_refuses_what_a_unit_cannot_hold(exe: Path, env: dict[str, str] | None) -> None:
     with pytest.raises(ServiceError):
         systemd_unit(exe, environment=env)
+
+
+def test_socket_unit_listens_privately_where_memd_looks() -> None:
+    lines = systemd_socket().splitlines()
+    for expected in (
+        "ListenStream=%t/memd/memd.sock",
+        "SocketMode=0600",
+        "DirectoryMode=0700",
+        "RemoveOnStop=yes",
+        "WantedBy=sockets.target",
+    ):
+        assert expected in lines
+    assert "ListenStream=/srv/100%%/memd.sock" in systemd_socket("/srv/100%/memd.sock")
+    for bad in ("relative/memd.sock", "/a b/memd.sock", "/a\nb"):
+        with pytest.raises(ServiceError):
+            systemd_socket(bad.replace("\\n", "\n"))
 
 
 def _verify(unit_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -154,6 +201,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     (unit_dir / "memd.service").write_text(
         systemd_unit(memd_executable(), environment={"MEMD_HOME": "/tmp/a b"})
     )
+    (unit_dir / "memd.socket").write_text(systemd_socket())
     result = _verify(unit_dir, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "ignoring" not in result.stderr and "Unknown" not in result.stderr, result.stderr
@@ -163,6 +211,7 @@ def test_hardening_dropin_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     unit_dir = tmp_path / "units"
     (unit_dir / "memd.service.d").mkdir(parents=True)
     (unit_dir / "memd.service").write_text(systemd_unit(memd_executable()))
+    (unit_dir / "memd.socket").write_text(systemd_socket())
     shutil.copy(REPO / "systemd" / "hardening.conf", unit_dir / "memd.service.d")
     result = _verify(unit_dir, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -171,8 +220,19 @@ def test_hardening_dropin_passes_systemd_analyze_verify(tmp_path: Path) -> None:
 
 def test_plist_has_launchd_keys_and_absolute_paths() -> None:
     log = Path("/Users/me/Library/Logs/memd.log")
-    plist = plistlib.loads(launchd_plist(EXE, log_path=log, environment={"MEMD_HOME": "/m"}))
+    plist = plistlib.loads(
+        launchd_plist(EXE, log_path=log, socket=SOCK, environment={"MEMD_HOME": "/m"})
+    )
     assert plist["Label"] == "dev.memd.memd"
+    # launchd listens on memd's socket and starts memd on a connection (socket activation)
+    assert plist["Sockets"] == {
+        "Listeners": {
+            "SockPathName": str(SOCK),
+            "SockPathMode": 0o600,
+            "SockType": "stream",
+            "SockFamily": "Unix",
+        }
+    }
     assert plist["ProgramArguments"] == [str(EXE), "run"]
     assert plist["RunAtLoad"] is True
     assert plist["KeepAlive"] == {"SuccessfulExit": False}
@@ -186,7 +246,9 @@ def test_plist_has_launchd_keys_and_absolute_paths() -> None:
 
 def test_plist_refuses_relative_paths() -> None:
     with pytest.raises(ServiceError, match="absolute"):
-        launchd_plist(EXE, log_path=Path("~/Library/Logs/memd.log"))
+        launchd_plist(EXE, log_path=Path("~/Library/Logs/memd.log"), socket=SOCK)
+    with pytest.raises(ServiceError, match="absolute"):
+        launchd_plist(EXE, log_path=Path("/l/memd.log"), socket=Path("run/memd.sock"))
 
 
 def test_memd_executable_in_this_venv_is_the_script_beside_python() -> None:
@@ -219,17 +281,16 @@ def test_linux_install_writes_the_unit_and_starts_it(home: Path) -> None:
     lines = servicefiles.install("linux", executable=EXE, runner=rec)
     path = unit_path(home)
     assert path.read_text() == systemd_unit(EXE)
-    assert path.stat().st_mode & 0o777 == 0o644
-    assert rec.calls == [
-        ["systemctl", "--user", "daemon-reload"],
-        ["systemctl", "--user", "enable", "--now", "memd.service"],
-    ]
+    assert socket_unit(home).read_text() == systemd_socket()
+    assert path.stat().st_mode & 0o777 == socket_unit(home).stat().st_mode & 0o777 == 0o644
+    assert rec.calls == [["systemctl", "--user", "daemon-reload"], START]
     assert any(str(path) in line for line in lines)
-    # Again: nothing to change, nothing restarted.
+    assert any(str(socket_unit(home)) in line for line in lines)
+    # Again: nothing to change, nothing stopped.
     rec.calls.clear()
     lines = servicefiles.install("linux", executable=EXE, runner=rec)
-    assert f"{path} is up to date" in lines
-    assert ["systemctl", "--user", "restart", "memd.service"] not in rec.calls
+    assert f"{path} is up to date" in lines and f"{socket_unit(home)} is up to date" in lines
+    assert ["systemctl", "--user", "stop", "memd.service"] not in rec.calls
 
 
 def test_linux_install_respects_xdg_config_home_and_memd_home(
@@ -244,6 +305,14 @@ def test_linux_install_respects_xdg_config_home_and_memd_home(
     assert "Environment=MEMD_HOME=/srv/memd" in text.splitlines()
     assert "sk-secret" not in text
     assert not unit_path(home).exists()
+    # systemd listens where memd and its clients look with this MEMD_HOME
+    sock = (config / "systemd" / "user" / "memd.socket").read_text().splitlines()
+    assert "ListenStream=/srv/memd/run/memd.sock" in sock
+    monkeypatch.setenv("MEMD_SOCKET", str(tmp_path / "run" / "elsewhere" / "m.sock"))
+    servicefiles.install("linux", executable=EXE, force=True, runner=Recorder())
+    sock = (config / "systemd" / "user" / "memd.socket").read_text().splitlines()
+    assert "ListenStream=%t/elsewhere/m.sock" in sock
+    assert not (tmp_path / "run").exists()  # named in the unit; systemd creates it
 
 
 def test_linux_install_refuses_a_foreign_unit_without_force(home: Path) -> None:
@@ -258,7 +327,8 @@ def test_linux_install_refuses_a_foreign_unit_without_force(home: Path) -> None:
     assert rec.calls == []
     servicefiles.install("linux", executable=EXE, force=True, runner=rec)
     assert path.read_text() == systemd_unit(EXE)
-    assert rec.calls[-1] == ["systemctl", "--user", "restart", "memd.service"]
+    # the memd of the old unit is stopped, so the next one takes the socket systemd listens on
+    assert rec.calls[-2:] == [["systemctl", "--user", "stop", "memd.service"], START]
 
 
 @pytest.mark.parametrize("platform", ["linux", "darwin"])
@@ -269,9 +339,13 @@ def test_dry_run_writes_and_runs_nothing(home: Path, platform: str) -> None:
     # The file it would write is shown, line by line.
     shown = [line[4:] for line in lines if line.startswith("    ")]
     expected = (
-        systemd_unit(EXE)
+        systemd_unit(EXE) + systemd_socket()
         if platform == "linux"
-        else launchd_plist(EXE, log_path=servicefiles.launchd_log_path()).decode()
+        else launchd_plist(
+            EXE,
+            log_path=servicefiles.launchd_log_path(),
+            socket=Path(os.environ["XDG_RUNTIME_DIR"]) / "memd" / "memd.sock",
+        ).decode()
     )
     assert shown == expected.splitlines()
     assert rec.calls == []
@@ -286,8 +360,11 @@ def test_linux_install_without_systemctl_says_so(home: Path) -> None:
     message = str(info.value)
     assert "systemd user manager not available" in message
     assert str(unit_path(home)) in message and "memd run" in message
-    assert unit_path(home).exists()
-    assert info.value.lines == [f"wrote {unit_path(home)} (ExecStart={EXE} run)"]
+    assert unit_path(home).exists() and socket_unit(home).exists()
+    assert info.value.lines == [
+        f"wrote {unit_path(home)} (ExecStart={EXE} run)",
+        f"wrote {socket_unit(home)} (socket activation)",
+    ]
 
 
 def test_linux_install_without_a_user_manager_says_so(home: Path) -> None:
@@ -311,11 +388,11 @@ def test_linux_uninstall_stops_and_removes(home: Path) -> None:
     rec = Recorder()
     lines = servicefiles.uninstall("linux", runner=rec)
     assert rec.calls == [
-        ["systemctl", "--user", "disable", "--now", "memd.service"],
+        ["systemctl", "--user", "disable", "--now", "memd.service", "memd.socket"],
         ["systemctl", "--user", "daemon-reload"],
     ]
-    assert not unit_path(home).exists()
-    assert f"removed {unit_path(home)}" in lines
+    assert not unit_path(home).exists() and not socket_unit(home).exists()
+    assert f"removed {unit_path(home)}" in lines and f"removed {socket_unit(home)}" in lines
 
 
 def test_linux_uninstall_without_systemctl_still_removes(home: Path) -> None:
@@ -334,8 +411,14 @@ def test_linux_status(home: Path) -> None:
     assert info["available"] and info["running"] and info["installed"] and info["up_to_date"]
     assert (info["active"], info["enabled"]) == ("active", "enabled")
     assert info["path"] == str(unit_path(home))
+    assert info["socket_unit"]["installed"] and info["socket_unit"]["active"] == "active"
     other = servicefiles.status("linux", executable=Path("/elsewhere/memd"), runner=Recorder(reply))
     assert other["up_to_date"] is False
+    # A unit installed before memd.socket existed is out of date: install again.
+    socket_unit(home).unlink()
+    assert (
+        servicefiles.status("linux", executable=EXE, runner=Recorder(reply))["up_to_date"] is False
+    )
 
 
 def test_linux_status_without_systemctl(home: Path) -> None:
@@ -428,7 +511,7 @@ def test_memctl_service_install_uninstall(home: Path, monkeypatch: pytest.Monkey
     assert "would write" in result.output and rec.calls == []
     result = CliRunner().invoke(cli, ["service", "install"])
     assert result.exit_code == 0, result.output
-    assert "ran: systemctl --user enable --now memd.service" in result.output
+    assert "ran: systemctl --user enable --now memd.socket memd.service" in result.output
     assert unit_path(home).exists()
     result = CliRunner().invoke(cli, ["service", "uninstall"])
     assert result.exit_code == 0, result.output

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from memd_client.connection import CHUNK, Broken, DaemonUnavailable, Wire
+from memd_client.connection import CHUNK, Broken, DaemonNotRunning, DaemonUnavailable, Wire
 from memd_client.errors import Timeout
 from memd_client.methods import AsyncMethods
 from memd_client.protocol import Response
@@ -36,6 +36,8 @@ class AsyncClient(Wire, AsyncMethods):
         path: the daemon's socket; default ``$MEMD_SOCKET`` or the per-user runtime directory.
         timeout: seconds a call may take from sending to the whole reply (time spent waiting
             for another task's call is not counted); None waits forever.
+        autostart: start memd when nothing listens on ``path`` (default: on, unless
+            ``MEMD_AUTOSTART=0``); the start runs on a worker thread, not on the loop.
 
     Use it as ``async with`` (connects, and closes on exit), or ``await`` it to connect now.
     """
@@ -46,8 +48,9 @@ class AsyncClient(Wire, AsyncMethods):
         timeout: float | None = 30.0,
         *,
         identity: Mapping[str, str] | None = None,
+        autostart: bool | None = None,
     ) -> None:
-        super().__init__(path, timeout, identity)
+        super().__init__(path, timeout, identity, autostart)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -96,6 +99,15 @@ class AsyncClient(Wire, AsyncMethods):
         return f"<AsyncClient {str(self.path)!r} {state}>"
 
     async def _open(self) -> None:
+        try:
+            await self._open_socket()
+        except DaemonNotRunning:
+            if not self.autostart:
+                raise
+            await asyncio.to_thread(self._start)
+            await self._open_socket()
+
+    async def _open_socket(self) -> None:
         try:
             async with asyncio.timeout(self.timeout):
                 reader, writer = await asyncio.open_unix_connection(str(self.path))
@@ -204,10 +216,13 @@ def connect(
     timeout: float | None = 30.0,
     *,
     identity: Mapping[str, str] | None = None,
+    autostart: bool | None = None,
 ) -> AsyncClient:
-    """An asyncio client of the memd daemon: ``async with connect() as c`` connects (raising
-    DaemonNotRunning if memd is not running) and closes on exit; ``await connect()`` connects.
+    """An asyncio client of the memd daemon: ``async with connect() as c`` connects (starting
+    memd if nothing listens, unless ``autostart`` is False or ``MEMD_AUTOSTART=0``; raising
+    DaemonNotRunning if it is not running then) and closes on exit; ``await connect()``
+    connects.
 
     ``identity`` (agent_id, session_key, chat_type, channel) says whom the client speaks for.
     """
-    return AsyncClient(path, timeout, identity=identity)
+    return AsyncClient(path, timeout, identity=identity, autostart=autostart)

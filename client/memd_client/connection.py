@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from memd_client.autostart import enabled as _autostart_default
 from memd_client.errors import Code, MemdError, Timeout, TooLarge, from_wire
 from memd_client.methods import BlockingMethods, WorkspaceRef
 from memd_client.paths import socket_path
@@ -40,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 CHUNK = 1 << 16
 _HINT = "start it with `memd run` or `memctl service install`"
+_OFF_HINT = f"{_HINT} (clients do not start it: MEMD_AUTOSTART is off)"
 
 
 class DaemonUnavailable(MemdError):
@@ -73,26 +75,43 @@ class Wire:
     identity: Mapping[str, str] | None
 
     def __init__(
-        self, path: Path | str | None, timeout: float | None, identity: Mapping[str, str] | None
+        self,
+        path: Path | str | None,
+        timeout: float | None,
+        identity: Mapping[str, str] | None,
+        autostart: bool | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else socket_path()
         self.timeout = timeout
         self.identity = dict(identity) if identity else None
+        # Start memd when nothing listens (memd_client.autostart); default: MEMD_AUTOSTART.
+        self.autostart = _autostart_default() if autostart is None else autostart
         self._msgid = 0
         self._unpacker: Any = None  # one per connection: an Unpacker that raised is not reused
 
     def _connect_error(self, exc: OSError) -> MemdError:
         """What a failed connect means: not running, too slow, or otherwise unavailable."""
         where = str(self.path)
+        hint = _HINT if self.autostart or _autostart_default() else _OFF_HINT
         if isinstance(exc, FileNotFoundError):
-            return DaemonNotRunning(f"memd is not running (no socket at {where}); {_HINT}")
+            return DaemonNotRunning(f"memd is not running (no socket at {where}); {hint}")
         if isinstance(exc, ConnectionRefusedError):
-            return DaemonNotRunning(f"memd is not running (nothing listens on {where}); {_HINT}")
+            return DaemonNotRunning(f"memd is not running (nothing listens on {where}); {hint}")
         if isinstance(exc, TimeoutError):
             return Timeout(f"connecting to memd at {where} timed out")
         if isinstance(exc, BlockingIOError):  # EAGAIN: the listen backlog is full
             return DaemonUnavailable(f"memd at {where} is not accepting connections")
         return DaemonUnavailable(f"cannot connect to memd at {where}: {exc.strerror or exc}")
+
+    def _start(self) -> None:
+        """Start memd for this socket and wait until it answers (one starter wins; the others
+        wait for it); DaemonNotRunning says why it could not be started."""
+        from memd_client.autostart import StartFailed, ensure_running
+
+        try:
+            ensure_running(self.path)
+        except StartFailed as exc:
+            raise DaemonNotRunning(f"memd is not running at {self.path}, and {exc}") from None
 
     def _encode(self, calls: Iterable[tuple[str, dict[str, Any]]]) -> tuple[bytes, list[int]]:
         parts, ids = [], []
@@ -173,6 +192,8 @@ class Client(Wire, BlockingMethods):
     Args:
         path: the daemon's socket; default ``$MEMD_SOCKET`` or the per-user runtime directory.
         timeout: seconds a call may take from sending to the whole reply; None waits forever.
+        autostart: start memd when nothing listens on ``path`` (default: on, unless
+            ``MEMD_AUTOSTART=0``).
     """
 
     def __init__(
@@ -181,8 +202,9 @@ class Client(Wire, BlockingMethods):
         timeout: float | None = 30.0,
         *,
         identity: Mapping[str, str] | None = None,
+        autostart: bool | None = None,
     ) -> None:
-        super().__init__(path, timeout, identity)
+        super().__init__(path, timeout, identity, autostart)
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
 
@@ -221,6 +243,15 @@ class Client(Wire, BlockingMethods):
         return f"<Client {str(self.path)!r} {state}>"
 
     def _open(self) -> None:
+        try:
+            self._open_socket()
+        except DaemonNotRunning:
+            if not self.autostart:
+                raise
+            self._start()
+            self._open_socket()
+
+    def _open_socket(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(self.timeout)
@@ -338,10 +369,12 @@ def connect(
     timeout: float | None = 30.0,
     *,
     identity: Mapping[str, str] | None = None,
+    autostart: bool | None = None,
 ) -> Client:
-    """Connect to the memd daemon now; raise DaemonNotRunning if it is not running.
+    """Connect to the memd daemon now, starting it if nothing listens (unless ``autostart``
+    is False or ``MEMD_AUTOSTART=0``); raise DaemonNotRunning if it is not running then.
 
     ``identity`` (agent_id, session_key, chat_type, channel) says whom the client speaks for.
     The client is a context manager that closes the socket on exit.
     """
-    return Client(path, timeout, identity=identity).connect()
+    return Client(path, timeout, identity=identity, autostart=autostart).connect()

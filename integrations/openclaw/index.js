@@ -18,7 +18,12 @@ const DEFAULT_CONTEXT_CHARS = 12_000;
 /** @param {any} api OpenClaw's plugin API */
 function register(api) {
   const settings = api.pluginConfig ?? {};
-  const client = new MemdClient({ socketPath: settings.socket, timeoutMs: settings.timeoutMs });
+  const client = new MemdClient({
+    socketPath: settings.socket,
+    timeoutMs: settings.timeoutMs,
+    autostart: settings.autostart,
+    memctl: settings.memctl,
+  });
   const log = api.logger ?? console;
 
   /** The memd workspace of an agent: the configured one, else the agent's own directory. */

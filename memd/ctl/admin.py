@@ -1,7 +1,8 @@
-"""memctl's administrative commands: model, service, doctor and mcp.
+"""memctl's administrative commands: model, service, doctor, mcp and start.
 
-They run daemon code in-process, imported inside each command, so the everyday commands
-(which only talk to the socket) start without loading it. ``memd.ctl.memctl`` registers them on ``cli``.
+They run daemon code in-process, imported inside each command; ``memd.ctl.memctl`` imports this
+module only when one of them runs, so the everyday commands (which only talk to the socket)
+start without loading it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import click
 
 from memd.ctl import display
 from memd.ctl.common import (
+    EXIT_NOT_RUNNING,
     _errors,
     _json_option,
     _print_json,
@@ -26,7 +28,7 @@ from memd.private import private_directory
 from memd_client.errors import MemdError
 from memd_client.paths import user_dirs
 
-__all__ = ["doctor_cmd", "mcp_cmd", "model_group", "service_group"]
+__all__ = ["doctor_cmd", "mcp_cmd", "model_group", "service_group", "start_cmd"]
 
 
 @click.group("model")
@@ -144,6 +146,45 @@ def mcp_cmd(
     )
 
 
+@click.command("start")
+@_json_option
+@click.pass_context
+def start_cmd(ctx: click.Context, as_json: bool) -> None:
+    """Start memd in the background unless it is running; return once it answers.
+
+    Every client starts memd by itself when nothing answers (unless MEMD_AUTOSTART=0): this
+    does it now, for a script or an agent host. Of several started at once, one starts memd
+    and the others wait for it. Exits 3 when memd could not be started, saying why.
+
+    Example: memctl start
+    """
+    from memd_client.autostart import StartFailed, ensure_running
+    from memd_client.connection import Client
+    from memd_client.paths import socket_path
+
+    settings: _Settings = ctx.obj
+    path = settings.socket or socket_path()
+    try:
+        started = ensure_running(path)
+    except StartFailed as exc:
+        message = f"memd is not running at {path}, and {exc}"
+        if as_json:
+            error = {"code": 1, "kind": "NOT_RUNNING", "message": message}
+            _print_json({"error": error})
+        else:
+            click.echo(f"Error: {message}", err=True)
+        ctx.exit(EXIT_NOT_RUNNING)
+    with _errors(ctx), Client(path, settings.timeout, autostart=False) as c:
+        hello = c.hello(client="memctl")
+    reply = {"started": started is not None, "pid": hello["pid"], "socket": str(path)}
+    if as_json:
+        _print_json(reply)
+    elif started is not None:
+        click.echo(f"Started memd (pid {hello['pid']}) on {path}")
+    else:
+        click.echo(f"memd is running (pid {hello['pid']}) on {path}")
+
+
 @click.group("service")
 def service_group() -> None:
     """Run memd under the service manager: a systemd user unit (Linux) or a LaunchAgent (macOS)."""
@@ -165,6 +206,20 @@ def service_install_cmd(ctx: click.Context, dry_run: bool, force: bool) -> None:
 
     Example: memctl service install --dry-run
     """
+    running = None if dry_run else _daemon_answer(ctx.obj)
+    if running and (running.get("started") or {}).get("how") not in (
+        "service",
+        "socket activation",
+    ):
+        # The service's memd would find this one holding memd's state and stop (exit 4).
+        how = (running.get("started") or {}).get("how") or "by hand"
+        click.echo(
+            f"Error: a memd started {how} is running (pid {running['pid']} on "
+            f"{running['socket']}): stop it first (Ctrl-C, or kill {running['pid']}), then "
+            "install the service, which starts memd again",
+            err=True,
+        )
+        ctx.exit(1)
     _service_action(ctx, lambda sf: sf.install(dry_run=dry_run, force=force))
 
 
@@ -184,9 +239,14 @@ def _daemon_answer(settings: _Settings) -> dict[str, Any] | None:
     from memd_client.connection import Client
 
     try:
-        with Client(settings.socket, 2.0) as c:
+        with Client(settings.socket, 2.0, autostart=False) as c:  # asks; does not start one
             hello = c.hello(client="memctl")
-            return {"pid": hello["pid"], "version": hello["version"], "socket": str(c.path)}
+            return {
+                "pid": hello["pid"],
+                "version": hello["version"],
+                "socket": str(c.path),
+                "started": hello.get("started"),
+            }
     except MemdError:
         return None
 
@@ -234,6 +294,8 @@ def service_status_cmd(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"file: {info['path']} ({state})")
         if info["manager"] == "systemd" and info["available"]:
             click.echo(f"state: {info['active']}, {info['enabled']}")
+            listening = (info.get("socket_unit") or {}).get("active")
+            click.echo(f"socket: memd.socket {listening or 'unknown'} (starts memd on demand)")
         elif info["manager"] == "launchd" and info["available"]:
             loaded = (info["state"] or "unknown") if info["loaded"] else "not loaded"
             pid = f", pid {info['pid']}" if info["pid"] else ""

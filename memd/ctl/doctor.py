@@ -408,10 +408,16 @@ def check_daemon(socket: Path | None) -> tuple[Check, dict[str, Any] | None]:
 
     name = "daemon"
     try:
-        with Client(socket, 10.0) as client:
+        with Client(socket, 10.0, autostart=False) as client:  # the doctor looks, never starts
             status = client.status()
     except DaemonNotRunning as exc:
-        return Check(name, "warn", str(exc) or "memd is not running", "memd run"), None
+        from memd_client.autostart import enabled
+
+        if enabled():
+            fix = "nothing to do: the next client starts it (or `memctl start` now)"
+        else:
+            fix = "memd run, or `memctl service install` (MEMD_AUTOSTART is off: clients do not start it)"
+        return Check(name, "warn", str(exc) or "memd is not running", fix), None
     except (MemdError, OSError) as exc:
         return Check(
             name, "fail", f"memd does not answer: {exc}", "check `journalctl --user -u memd`"
@@ -419,8 +425,11 @@ def check_daemon(socket: Path | None) -> tuple[Check, dict[str, Any] | None]:
     daemon = status.get("daemon") or {}
     workspaces = status.get("workspaces") or []
     names = ", ".join(str(w.get("workspace")) for w in workspaces) or "none"
+    from memd.ctl.display import started_text
+
+    started = f", started {started_text(daemon['started'])}" if daemon.get("started") else ""
     detail = (
-        f"running, pid {daemon.get('pid')}, version {daemon.get('version')}; "
+        f"running, pid {daemon.get('pid')}, version {daemon.get('version')}{started}; "
         f"{len(workspaces)} workspace(s): {names}"
     )
     errors = [

@@ -9,7 +9,9 @@ echo "- launch moved to May" | memctl append - -w agent
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,8 +19,8 @@ from typing import TypeVar
 
 import click
 
+from memd import __version__
 from memd.ctl import display
-from memd.ctl.admin import doctor_cmd, mcp_cmd, model_group, service_group
 from memd.ctl.common import (
     EXIT_NOT_RUNNING,
     _client,
@@ -32,8 +34,6 @@ from memd.ctl.common import (
     _workspace_option,
     with_progress,
 )
-from memd.ctl.workspaces import workspace_group
-from memd.dreams.diary import diary_lines
 from memd.private import keep_private
 
 __all__ = ["EXIT_NOT_RUNNING", "cli", "main"]
@@ -56,8 +56,39 @@ def _shown(value: T) -> T:
     return value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="memd", prog_name="memctl")
+# The commands defined elsewhere, imported when one of them runs: `memctl search` loads the
+# client, click and the display, not the daemon code doctor, model, service and mcp run.
+_ELSEWHERE = {
+    "workspace": "memd.ctl.workspaces:workspace_group",
+    "model": "memd.ctl.admin:model_group",
+    "doctor": "memd.ctl.admin:doctor_cmd",
+    "mcp": "memd.ctl.admin:mcp_cmd",
+    "service": "memd.ctl.admin:service_group",
+    "start": "memd.ctl.admin:start_cmd",
+}
+
+
+class _Commands(click.Group):
+    """A group whose commands in ``_ELSEWHERE`` are imported when first asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_ELSEWHERE})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in _ELSEWHERE and cmd_name not in self.commands:
+            module, _, name = _ELSEWHERE[cmd_name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="memctl")
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="memd's home: sets MEMD_HOME for this command (and a memd it starts).",
+)
 @click.option(
     "--socket",
     "socket_path",
@@ -88,6 +119,7 @@ def _shown(value: T) -> T:
 @click.pass_context
 def cli(
     ctx: click.Context,
+    home: Path | None,
     socket_path: Path | None,
     timeout: float,
     agent_id: str | None,
@@ -95,8 +127,12 @@ def cli(
 ) -> None:
     """memctl: control and query the memd memory daemon.
 
+    When memd is not running, memctl starts it (MEMD_AUTOSTART=0: it does not).
+
     Example: memctl search "deploy checklist" -w ~/agent
     """
+    if home is not None:
+        os.environ["MEMD_HOME"] = str(home.expanduser().absolute())
     identity = {k: v for k, v in (("agent_id", agent_id), ("session_key", session_key)) if v}
     ctx.obj = _Settings(socket_path, timeout, identity or None)
 
@@ -322,6 +358,8 @@ def dream_cmd(
     if as_json:
         _print_json(result)
         return
+    from memd.dreams.diary import diary_lines  # only this command needs it: memctl starts faster
+
     if not apply:
         click.echo("Preview: nothing written (--apply writes).")
     click.echo(f"Similar memories compared by {result['similarity']}.")
@@ -337,43 +375,19 @@ def dream_cmd(
 @_workspace_option(all_by_default=True)
 @click.option("--force", is_flag=True, help="Rebuild from scratch (safely, in a temporary file).")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until done.")
-@click.option(
-    "--dry-run",
-    is_flag=True,
-    help="With --force: change nothing; say what the rebuild would send to the provider.",
-)
 @_json_option
 @click.pass_context
 def reindex_cmd(
-    ctx: click.Context,
-    workspace: str | None,
-    force: bool,
-    wait: bool,
-    dry_run: bool,
-    as_json: bool,
+    ctx: click.Context, workspace: str | None, force: bool, wait: bool, as_json: bool
 ) -> None:
     """Bring the index of one workspace (default: every workspace) up to date.
 
     While it works, a terminal shows a progress bar (files read, chunks embedded, the rate and
     the time left); with --json, one JSON object per line: progress events, then the result.
-    With --force --dry-run nothing changes: it says how many texts and tokens the rebuild
-    would send to the embedding provider (what the embedding cache holds is not sent again).
 
-    Example: memctl reindex -w ~/agent --force --dry-run
+    Example: memctl reindex -w ~/agent --force
     """
     ref = _ref_or_all(workspace)
-    if dry_run:
-        if not force:
-            raise click.UsageError("--dry-run estimates a rebuild: use it with --force")
-        with _client(ctx) as c:
-            estimates = c.reindex(ref, force=True, dry_run=True)["estimates"]
-        if as_json:
-            _print_json({"estimates": estimates})
-            return
-        for estimate in estimates:
-            for line in display.estimate_lines(estimate):
-                click.echo(line)
-        return
     with _errors(ctx):
         # With --wait the daemon answers when the work is done, however long that takes.
         result = with_progress(
@@ -404,11 +418,3 @@ def main() -> None:
     """Run memctl."""
     keep_private()  # models, and the state its doctor and model commands write, stay private
     cli(prog_name="memctl")
-
-
-# Workspace commands live in memd.ctl.workspaces, the administrative ones in memd.ctl.admin.
-cli.add_command(workspace_group)
-cli.add_command(model_group)
-cli.add_command(doctor_cmd)
-cli.add_command(mcp_cmd)
-cli.add_command(service_group)

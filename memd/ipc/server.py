@@ -105,8 +105,15 @@ class Server:
         idle_timeout: float = 600.0,
         write_timeout: float = 30.0,
         on_count: Callable[[int], None] | None = None,
+        listening: socket.socket | None = None,
     ) -> None:
         self.path = path
+        # A socket a service manager opened and passed (memd/ipc/activation.py): served as
+        # it is, and its file is the manager's, never unlinked here.
+        self._given = listening
+        # Held while a connection is accepted and admitted; pause_accepting() takes it.
+        self._accepting = threading.Lock()
+        self._paused = False
         self.handle = handle
         self.max_connections = max_connections
         self.frame_timeout = frame_timeout
@@ -127,8 +134,13 @@ class Server:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def bind(self) -> None:
-        """Bind the socket (0600 in a 0700 directory), removing a stale one left by a crash."""
+        """Bind the socket (0600 in a 0700 directory), removing a stale one left by a crash;
+        or take the one a service manager passed."""
         prepare_directory(self.path.parent)
+        if self._given is not None:
+            self._given.settimeout(0.25)
+            self._sock, self._given = self._given, None
+            return
         if os.path.lexists(self.path):
             st = os.lstat(self.path)
             if not stat.S_ISSOCK(st.st_mode):
@@ -186,6 +198,7 @@ class Server:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop accepting, close every client, unlink the socket and join the threads."""
         self._stopping.set()
+        self.resume_accepting()  # a paused accept loop sees the stop
         if self._accept_thread is not None:
             self._accept_thread.join(timeout)
         if self._sock is not None:
@@ -208,36 +221,52 @@ class Server:
 
     # -- accepting ------------------------------------------------------------------------------
 
+    def pause_accepting(self) -> None:
+        """Stop taking connections from the socket's queue, once no accept is under way: for
+        a socket-activated memd deciding to stop when idle, what waits in the queue is served
+        by the next memd its manager starts, and nothing is accepted only to be dropped."""
+        self._accepting.acquire()
+        self._paused = True
+
+    def resume_accepting(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._accepting.release()
+
     def _accept_loop(self) -> None:
-        assert self._sock is not None
         while not self._stopping.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError as exc:
+            with self._accepting:
                 if self._stopping.is_set():
                     return
-                if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    logger.warning("out of file descriptors; not accepting for a moment")
-                    time.sleep(0.5)
-                    continue
-                logger.warning("accept failed: %s", exc)
-                continue
-            uid = peer_uid(conn)
-            if uid is not None and uid != self.uid:
-                self.refused_peers += 1
-                logger.warning("refused a connection from uid %d", uid)
-                conn.close()
-                continue
-            if not self._has_slot():
-                self._turn_away(conn)
-                continue
-            thread = threading.Thread(
-                target=self._serve, args=(conn,), name="memd-conn", daemon=True
-            )
-            self._admit(conn, thread)
-            thread.start()
+                self._accept_one()
+
+    def _accept_one(self) -> None:
+        assert self._sock is not None
+        try:
+            conn, _ = self._sock.accept()
+        except TimeoutError:
+            return
+        except OSError as exc:
+            if self._stopping.is_set():
+                return
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                logger.warning("out of file descriptors; not accepting for a moment")
+                time.sleep(0.5)
+                return
+            logger.warning("accept failed: %s", exc)
+            return
+        uid = peer_uid(conn)
+        if uid is not None and uid != self.uid:
+            self.refused_peers += 1
+            logger.warning("refused a connection from uid %d", uid)
+            conn.close()
+            return
+        if not self._has_slot():
+            self._turn_away(conn)
+            return
+        thread = threading.Thread(target=self._serve, args=(conn,), name="memd-conn", daemon=True)
+        self._admit(conn, thread)
+        thread.start()
 
     def _has_slot(self) -> bool:
         """Whether a new client may be served now: a slot is free, or one was taken from a

@@ -1,6 +1,9 @@
 // memd's msgpack-RPC protocol over its Unix socket (docs/protocol.md in the memd repository):
 // one connection, opened on first use and again after it drops; every call under a deadline.
+// When nothing listens, memd is started (`memctl start`, which lets one starter win and makes
+// the others wait for it), unless MEMD_AUTOSTART=0 or the plugin's `autostart: false`.
 
+import { spawn } from "node:child_process";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -31,6 +34,15 @@ const CODE_NAMES = Object.fromEntries(Object.entries(Code).map(([k, v]) => [v, k
 
 export const START_HINT =
   "Start memd with `memd run` (or install it as a service: `memctl service install`).";
+
+/** How long `memctl start` may take: a first start imports numpy and opens every index. */
+const START_TIMEOUT_MS = 120_000;
+const OFF = new Set(["0", "false", "no", "off"]);
+
+/** Whether clients start memd when it is not running (MEMD_AUTOSTART, default on). */
+export function autostartEnabled(env = process.env) {
+  return !OFF.has(String(env.MEMD_AUTOSTART ?? "").trim().toLowerCase());
+}
 
 /** An error memd returned, or one about reaching it; `code` is a wire code or a local kind. */
 export class MemdError extends Error {
@@ -83,11 +95,17 @@ function compact(/** @type {Record<string, unknown>} */ params) {
 
 export class MemdClient {
   /**
-   * @param {{ socketPath?: string, timeoutMs?: number }} [options]
+   * @param {{ socketPath?: string, timeoutMs?: number, autostart?: boolean, memctl?: string }} [options]
+   *   autostart: start memd when nothing listens (default: MEMD_AUTOSTART, on);
+   *   memctl: the memctl that starts it (default: `memctl` on PATH).
    */
   constructor(options = {}) {
     this.socketPath = options.socketPath || defaultSocketPath();
     this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.autostart = options.autostart ?? autostartEnabled();
+    this.memctl = options.memctl || "memctl";
+    /** @type {Promise<void> | null} */
+    this.starting = null;
     /** @type {net.Socket | null} */
     this.socket = null;
     /** @type {Promise<net.Socket> | null} */
@@ -161,16 +179,60 @@ export class MemdClient {
   connect() {
     if (this.socket && !this.socket.destroyed) return Promise.resolve(this.socket);
     if (this.connecting) return this.connecting;
-    this.connecting = new Promise((resolve, reject) => {
+    this.connecting = this.open().catch(async (err) => {
+      if (!(err instanceof MemdError && err.kind === "NOT_RUNNING" && this.autostart)) throw err;
+      // Calls that arrive while memd starts wait for the same start.
+      this.starting ??= this.start().finally(() => (this.starting = null));
+      await this.starting;
+      return await this.open();
+    });
+    this.connecting.finally(() => (this.connecting = null)).catch(() => {});
+    return this.connecting;
+  }
+
+  /** Start memd with `memctl start` (one starter wins; the others wait for it to answer). */
+  start() {
+    return new Promise((resolve, reject) => {
+      const env = { ...process.env, MEMD_STARTED_BY: process.env.MEMD_STARTED_BY || `openclaw (pid ${process.pid})` };
+      const child = spawn(this.memctl, ["--socket", this.socketPath, "start", "--json"], {
+        env,
+        stdio: ["ignore", "pipe", "pipe"],
+        timeout: START_TIMEOUT_MS,
+      });
+      let out = "";
+      let err = "";
+      child.stdout.on("data", (d) => (out += d));
+      child.stderr.on("data", (d) => (err += d));
+      child.on("error", (/** @type {NodeJS.ErrnoException} */ e) => {
+        const why =
+          e.code === "ENOENT"
+            ? `${this.memctl} was not found to start it (set the memd plugin's \`memctl\` to its path)`
+            : `${this.memctl} failed: ${e.message}`;
+        reject(new MemdError("NOT_RUNNING", `memd is not running (nothing listens on ${this.socketPath}), and ${why}. ${START_HINT}`));
+      });
+      child.on("close", (code) => {
+        if (code === 0) return resolve(undefined);
+        let message = err.trim().split("\n").pop() || `memctl start exited with status ${code}`;
+        try {
+          message = JSON.parse(out).error?.message ?? message;
+        } catch {
+          // not JSON: the last line of its error output says it
+        }
+        reject(new MemdError("NOT_RUNNING", message));
+      });
+    });
+  }
+
+  /** Connect once, without starting anything. @returns {Promise<net.Socket>} */
+  open() {
+    return new Promise((resolve, reject) => {
       const socket = net.createConnection({ path: this.socketPath });
       const onError = (/** @type {NodeJS.ErrnoException} */ err) => {
-        this.connecting = null;
-        reject(connectError(err, this.socketPath));
+        reject(connectError(err, this.socketPath, this.autostart));
       };
       socket.once("error", onError);
       socket.once("connect", () => {
         socket.off("error", onError);
-        this.connecting = null;
         this.socket = socket;
         socket.on("error", (err) =>
           this.drop(socket, new MemdError("UNAVAILABLE", `connection to memd failed: ${err.message}`)),
@@ -182,7 +244,6 @@ export class MemdClient {
         resolve(socket);
       });
     });
-    return this.connecting;
   }
 
   /** @param {net.Socket} socket */
@@ -214,13 +275,11 @@ export class MemdClient {
   }
 }
 
-/** @param {NodeJS.ErrnoException} err @param {string} socketPath */
-function connectError(err, socketPath) {
+/** @param {NodeJS.ErrnoException} err @param {string} socketPath @param {boolean} autostart */
+function connectError(err, socketPath, autostart) {
   if (err.code === "ENOENT" || err.code === "ECONNREFUSED") {
-    return new MemdError(
-      "NOT_RUNNING",
-      `memd is not running (nothing listens on ${socketPath}). ${START_HINT}`,
-    );
+    const off = autostart ? "" : " (MEMD_AUTOSTART is off: the plugin does not start it)";
+    return new MemdError("NOT_RUNNING", `memd is not running (nothing listens on ${socketPath}). ${START_HINT}${off}`);
   }
   return new MemdError("UNAVAILABLE", `cannot connect to memd at ${socketPath}: ${err.message}`);
 }

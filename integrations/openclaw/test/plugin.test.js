@@ -2,7 +2,7 @@
 // MEMD_TEST_SOCKET to its socket and MEMD_TEST_WORKSPACE to a workspace holding:
 //   MEMORY.md            "The staging cluster is called Orion."
 //   memory/<today>.md    "- deploy freeze starts at noon"
-// ). OpenClaw's plugin API is stood in for by a recorder of what the plugin registers: the real
+// and MEMD_TEST_MEMCTL to a memctl, with which the plugin starts a memd of its own). OpenClaw's plugin API is stood in for by a recorder of what the plugin registers: the real
 // OpenClaw runs the plugin in memd's end-to-end test.
 
 import assert from "node:assert/strict";
@@ -20,10 +20,21 @@ import { splitCitation } from "../src/tools.js";
 
 const SOCKET = process.env.MEMD_TEST_SOCKET;
 const WORKSPACE = process.env.MEMD_TEST_WORKSPACE;
+const MEMCTL = process.env.MEMD_TEST_MEMCTL;
 if (!SOCKET || !WORKSPACE) throw new Error("run through memd's test suite: MEMD_TEST_SOCKET and MEMD_TEST_WORKSPACE");
 
 const GROUP = "agent:main:telegram:group:42";
 const DIRECT = "agent:main:telegram:dm:7";
+
+/** Whether `pid` runs (a zombie awaiting its reaper does not). */
+function isRunning(/** @type {number} */ pid) {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+  } catch {
+    return false;
+  }
+}
 
 /** Register the plugin on a recording stand-in for OpenClaw's API. */
 function load(pluginConfig = {}, /** @type {Record<string, string>} */ dirs = {}) {
@@ -78,6 +89,45 @@ describe("client", () => {
       assert.ok(err instanceof MemdError && err.kind === "NOT_RUNNING" && err.unavailable);
       assert.match(err.message, /memd is not running/);
       assert.match(err.message, /memd run/);
+      assert.match(err.message, /MEMD_AUTOSTART is off/); // the suite runs with it off
+      return true;
+    });
+  });
+
+  test("starts memd when nothing listens: calls at once share one start", { skip: !MEMCTL && "MEMD_TEST_MEMCTL is not set" }, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "memd-auto-"));
+    const home = path.join(dir, "home");
+    const saved = process.env.MEMD_HOME;
+    process.env.MEMD_HOME = home; // the memd it starts has a state of its own
+    const client = new MemdClient({ socketPath: path.join(dir, "memd.sock"), autostart: true, memctl: MEMCTL });
+    let pid;
+    try {
+      const hellos = await Promise.all([1, 2, 3, 4, 5].map(() => client.call("hello", {}, { timeoutMs: 120_000 })));
+      pid = hellos[0].pid;
+      assert.ok(hellos.every((h) => h.pid === pid));
+      assert.equal(hellos[0].started.how, "on demand");
+      assert.match(hellos[0].started.by, /^openclaw \(pid \d+\)$/);
+    } finally {
+      client.close();
+      if (saved === undefined) delete process.env.MEMD_HOME;
+      else process.env.MEMD_HOME = saved;
+      if (pid) {
+        process.kill(pid, "SIGTERM");
+        for (let i = 0; i < 600 && isRunning(pid); i++) await new Promise((r) => setTimeout(r, 100));
+      }
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("says why memd could not be started", async () => {
+    const client = new MemdClient({
+      socketPath: path.join(os.tmpdir(), `no-memd-${process.pid}.sock`),
+      autostart: true,
+      memctl: path.join(os.tmpdir(), "no-such-memctl"),
+    });
+    await assert.rejects(client.call("hello"), (err) => {
+      assert.ok(err instanceof MemdError && err.kind === "NOT_RUNNING");
+      assert.match(err.message, /no-such-memctl was not found to start it/);
       return true;
     });
   });
