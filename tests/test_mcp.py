@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import jsonschema
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
@@ -20,7 +22,7 @@ from memd.ctl.mcp_server import get_reply, search_reply, split_citation
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
 
-from .daemon_fixture import running_daemon, short_socket_dir
+from .daemon_fixture import running_daemon, short_socket_dir, wait_for
 
 _T = TypeVar("_T")
 
@@ -52,11 +54,15 @@ def daemon(ws: Path) -> Iterator[Daemon]:
         yield d
 
 
-def _params(*args: str, cwd: Path | None = None) -> StdioServerParameters:
+def _params(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> StdioServerParameters:
+    """How an MCP client starts `memctl mcp`: it passes the server only a few variables (HOME,
+    PATH, ...) and those of its configuration (here MEMD_HOME, unless ``env`` says otherwise)."""
     return StdioServerParameters(
         command=sys.executable,
         args=[*_MEMCTL, *args],
-        env={"MEMD_HOME": os.environ["MEMD_HOME"]},
+        env={"MEMD_HOME": os.environ["MEMD_HOME"]} if env is None else env,
         cwd=cwd,
     )
 
@@ -75,11 +81,16 @@ def _serve(params: StdioServerParameters, body: Callable[[ClientSession], Awaita
 
 
 async def _result(session: ClientSession, name: str, **arguments: Any) -> CallToolResult:
+    """A tool call; its structuredContent, success or failure, is what the tool's outputSchema
+    says it is."""
     result = await session.call_tool(name, arguments)
     assert isinstance(result, CallToolResult)
     (block,) = result.content
     assert isinstance(block, TextContent) and block.text
     assert isinstance(result.structured_content, dict)
+    schemas = {t.name: t.output_schema for t in (await session.list_tools()).tools}
+    assert schemas[name] is not None, f"{name} declares no outputSchema"
+    jsonschema.validate(result.structured_content, schemas[name])
     return result
 
 
@@ -112,6 +123,18 @@ def test_tools_search_get_append(daemon: Daemon, ws: Path) -> None:
         assert set(tools["memory_get"].input_schema["properties"]) == {"path", "from", "lines"}
         assert tools["memory_append"].input_schema["required"] == ["text"]
         assert all(t.description and "Use it" in t.description for t in tools.values())
+        # Each tool says what its structuredContent holds.
+        outputs = {n: t.output_schema or {} for n, t in tools.items()}
+        assert outputs["memory_search"]["required"] == ["results"]
+        hit_fields = {"path", "startLine", "endLine", "score", "snippet", "source", "citation"}
+        assert hit_fields <= set(str(outputs["memory_search"]).split("'"))
+        assert {"path", "text", "from", "lines", "nextFrom"} <= set(
+            outputs["memory_get"]["properties"]
+        )
+        assert {"path", "startLine", "citation"} <= set(outputs["memory_append"]["properties"])
+        assert all(
+            {"error", "action", "disabled"} <= set(o["properties"]) for o in outputs.values()
+        )
 
         result = await _result(session, "memory_search", query="billing service Postgres")
         found = result.structured_content
@@ -167,12 +190,37 @@ def test_workspace_defaults_to_the_current_directory(daemon: Daemon, ws: Path) -
 def test_unknown_workspace_is_reported_not_raised(daemon: Daemon) -> None:
     async def body(session: ClientSession) -> dict[str, Any]:
         text, data = await _fail(session, "memory_search", query="anything")
-        assert text.startswith("Memory is unavailable:") and "memctl workspace add" in text
+        assert text.startswith("Memory is unavailable:") and "registered on first use" in text
         return data
 
     found = _serve(_params("--socket", str(daemon.socket_path), "mcp", "-w", "nope"), body)
     assert found["results"] == [] and found["disabled"] and found["unavailable"]
-    assert "memctl workspace add" in found["action"]
+    assert "-w naming a workspace directory" in found["action"]
+
+
+def test_a_directory_memd_does_not_know_is_registered_on_first_use(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """As the OpenClaw plugin does; --no-register makes it an error instead."""
+    other = tmp_path / "other-agent"
+    (other / "memory").mkdir(parents=True)
+    (other / "MEMORY.md").write_text("# Memory\n\nThe release train is called Comet.\n")
+
+    async def refused(session: ClientSession) -> str:
+        return (await _fail(session, "memory_search", query="release train"))[0]
+
+    args = ("--socket", str(daemon.socket_path), "mcp", "-w", str(other))
+    text = _serve(_params(*args, "--no-register"), refused)
+    assert "is not a registered workspace" in text and f"memctl workspace add {other}" in text
+
+    async def body(session: ClientSession) -> dict[str, Any]:
+        return await _call(session, "memory_search", query="release train Comet")
+
+    found = _serve(_params(*args), body)
+    assert [h["path"] for h in found["results"]] == ["MEMORY.md"]
+    with memd_client.connect(daemon.socket_path) as c:
+        paths = [w["path"] for w in c.workspace_list()["workspaces"]]
+    assert str(other) in paths
 
 
 def test_daemon_not_running() -> None:
@@ -190,15 +238,51 @@ def test_daemon_not_running() -> None:
             ]
             for text, _ in failures:
                 assert text.startswith("Memory is unavailable:") and "memd run" in text
+                assert text.count("memd run") == 1, text  # one sentence, said once
             return [data for _, data in failures]
 
-        found, got, added = _serve(_params("--socket", str(sock), "mcp", "-w", "agent"), body)
+        told_not_to = {"MEMD_HOME": os.environ["MEMD_HOME"], "MEMD_AUTOSTART": "0"}
+        args = ("--socket", str(sock), "mcp", "-w", "agent")
+        found, got, added = _serve(_params(*args, env=told_not_to), body)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     assert found["results"] == [] and found["disabled"] is True and found["unavailable"] is True
     assert "not running" in found["error"] and "memd run" in found["action"]
     assert got["path"] == "MEMORY.md" and got["text"] == "" and got["disabled"] and got["error"]
     assert "not running" in added["error"] and "memd run" in added["action"] and added["disabled"]
+
+
+def test_an_mcp_client_is_served_with_no_memd_running(tmp_path: Path, ws: Path) -> None:
+    """The server is given only what an MCP configuration carries (--home, --socket, -w; no
+    MEMD_* variables): it starts memd, registers the workspace and answers."""
+    home = tmp_path / "memd-home"
+    directory = short_socket_dir()
+    sock = directory / "memd.sock"
+
+    async def body(session: ClientSession) -> dict[str, Any]:
+        return await _call(session, "memory_search", query="staging cluster Orion")
+
+    args = ("mcp", "--home", str(home), "--socket", str(sock), "-w", str(ws))
+    try:
+        found = _serve(_params(*args, env={}), body)
+        assert [h["path"] for h in found["results"]] == ["MEMORY.md"]
+        with memd_client.connect(sock, autostart=False) as c:
+            started = c.hello()["started"]
+            assert started["how"] == "on demand" and started["by"].startswith("memctl mcp")
+            assert c.status()["daemon"]["socket"] == str(sock)
+    finally:
+        pid = int((home / "state" / "memd.lock").read_text())
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not _running(pid), "the memd started for the MCP client to stop")
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def test_reply_shapes() -> None:

@@ -7,8 +7,10 @@ start without loading it.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -122,13 +124,40 @@ def doctor_cmd(ctx: click.Context, as_json: bool, no_model: bool) -> None:
 @_workspace_option()
 @click.option("--agent-id", default=None, help="Search as this agent (as memctl --agent-id).")
 @click.option("--session-key", default=None, help="The caller's session key (as memctl's).")
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="memd's home (MEMD_HOME): MCP clients pass servers few environment variables.",
+)
+@click.option(
+    "--socket",
+    "socket_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="memd's socket (MEMD_SOCKET), for the same reason.",
+)
+@click.option(
+    "--no-register",
+    is_flag=True,
+    help="A -w directory memd does not know is an error (default: registered on first use).",
+)
 @click.pass_context
 def mcp_cmd(
-    ctx: click.Context, workspace: str | None, agent_id: str | None, session_key: str | None
+    ctx: click.Context,
+    workspace: str | None,
+    agent_id: str | None,
+    session_key: str | None,
+    home: Path | None,
+    socket_path: Path | None,
+    no_register: bool,
 ) -> None:
     """Serve the workspace's memory to an MCP client over stdio (memory_search/get/append).
 
-    Example: memctl mcp -w ~/agent --agent-id main   (as an MCP client's server command)
+    memd is started if it is not running (MEMD_AUTOSTART=0: it is not), and a workspace
+    directory it does not know is registered on first use.
+
+    Example: memctl mcp -w ~/agent --home ~/.memd --agent-id main   (an MCP server command)
     """
     try:
         from memd.ctl import mcp_server  # the MCP SDK too: only this command needs them
@@ -139,10 +168,17 @@ def mcp_cmd(
             f"memctl mcp needs the MCP SDK ({exc}); install it with: {install_hint('mcp')}"
         ) from None
     settings: _Settings = ctx.obj
+    if home is not None:  # before anything resolves a path: the socket, a memd started here
+        os.environ["MEMD_HOME"] = str(home.expanduser().absolute())
+    os.environ.setdefault("MEMD_STARTED_BY", f"memctl mcp (pid {os.getpid()})")
     identity = dict(settings.identity or {})
     identity.update({k: v for k, v in (("agent_id", agent_id), ("session_key", session_key)) if v})
     mcp_server.run(
-        _ref_or_cwd(workspace), settings.socket, identity or None, timeout=settings.timeout
+        _ref_or_cwd(workspace),
+        socket_path.expanduser().absolute() if socket_path else settings.socket,
+        identity or None,
+        timeout=settings.timeout,
+        register=not no_register,
     )
 
 

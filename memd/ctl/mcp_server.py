@@ -7,28 +7,32 @@ gets three tools bound to that one workspace:
 * ``memory_get``: read a window of lines of a memory file, as OpenClaw's tool does;
 * ``memory_append``: append a note to today's memory file.
 
-The server holds one :class:`memd_client.Client`, which connects on first use and reconnects
-after a failure, so the daemon may start (or restart) after the server. Every reply has a
-readable text for the model and the full structure in ``structuredContent``. A failure is a
-tool error (``isError: true``) whose text says what went wrong and what to do; when memory
-itself is unavailable (the daemon is not running, the workspace is not registered) its
-structure also says ``disabled: true``, as OpenClaw's tools do. Nothing but the protocol goes
-to stdout: logging goes to stderr, and the SDK points fd 1 at stderr while it serves.
+The server holds one :class:`memd_client.Client`, which connects on first use, starting memd
+if nothing listens (unless ``MEMD_AUTOSTART=0``), and reconnects after a failure. A workspace
+given as a directory that memd does not know yet is registered on first use, as the OpenClaw
+plugin does (``--no-register``: it is an error instead). Every reply has a readable text for
+the model and the full structure in ``structuredContent``, which each tool's ``outputSchema``
+describes (failures included). A failure is a tool error (``isError: true``) whose text says
+what went wrong and what to do; when memory itself is unavailable (the daemon is not running,
+the workspace is not registered) its structure also says ``disabled: true``, as OpenClaw's
+tools do. Nothing but the protocol goes to stdout: logging goes to stderr, and the SDK points
+fd 1 at stderr while it serves.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from memd_client import (
     Busy,
@@ -42,7 +46,17 @@ from memd_client import (
     UnknownWorkspace,
 )
 
-__all__ = ["SERVER_NAME", "build_server", "get_text", "run", "search_text", "split_citation"]
+__all__ = [
+    "SERVER_NAME",
+    "AppendOutput",
+    "GetOutput",
+    "SearchOutput",
+    "build_server",
+    "get_text",
+    "run",
+    "search_text",
+    "split_citation",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +96,68 @@ self-contained Markdown note (e.g. "- 2026-01-02: the launch moved to May (per A
 store secrets or transient chatter. Returns the path and lines written."""
 
 
+# -- what each tool returns in structuredContent (its outputSchema) ----------------------------
+
+
+class _Outcome(BaseModel):
+    """What every reply may carry: on a failure, what went wrong and what to do."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    error: str | None = Field(None, description="What went wrong (failures only).")
+    action: str | None = Field(None, description="What to do about it (failures only).")
+    disabled: bool | None = Field(
+        None,
+        description="True when memory as a whole is unavailable (memd not running, "
+        "workspace unknown), as OpenClaw's memory tools say it.",
+    )
+    unavailable: bool | None = Field(None, description="Same as disabled.")
+
+
+class SearchHit(BaseModel):
+    path: str = Field(description="Memory file, relative to the workspace.")
+    startLine: int  # OpenClaw's names, as its tools spell them
+    endLine: int
+    score: float
+    snippet: str
+    source: str = Field(description='"memory" or "sessions".')
+    citation: str = Field(description='"path#Lstart-Lend", for memory_get or for quoting.')
+
+
+class SearchOutput(_Outcome):
+    """memory_search's structuredContent."""
+
+    results: list[SearchHit]
+    provider: str | None = None
+    model: str | None = None
+    mode: str | None = Field(None, description='"hybrid", "keyword" or "vector".')
+    freshness: dict[str, Any] | None = Field(
+        None, description="How fresh the index was (fresh, pending_files, problems, ...)."
+    )
+    note: str | None = None
+
+
+class GetOutput(_Outcome):
+    """memory_get's structuredContent."""
+
+    path: str | None
+    text: str
+    from_: int | None = Field(None, alias="from", description="First line returned, 1-based.")
+    lines: int | None = Field(None, description="How many lines were returned.")
+    missing: bool | None = Field(None, description="True when the file does not exist.")
+    truncated: bool | None = None
+    nextFrom: int | None = Field(None, description="Where to continue when truncated.")
+
+
+class AppendOutput(_Outcome):
+    """memory_append's structuredContent."""
+
+    path: str | None = None
+    startLine: int | None = None
+    endLine: int | None = None
+    citation: str | None = None
+
+
 def _action(exc: BaseException) -> str:
     """What a person (or the agent) should do about ``exc``."""
     if isinstance(exc, DaemonNotRunning):
@@ -90,8 +166,8 @@ def _action(exc: BaseException) -> str:
         return "memd is not answering; retry shortly, or restart it with `memd run`."
     if isinstance(exc, UnknownWorkspace):
         return (
-            "Register the workspace with `memctl workspace add <dir> --name <name>`, "
-            "or start `memctl mcp` with -w naming a registered workspace."
+            "Start `memctl mcp` with -w naming a workspace directory (registered on first use) "
+            "or a registered name (`memctl workspace list`)."
         )
     if isinstance(exc, ProviderUnavailable):
         return "The embedding provider is unavailable; check `memctl status` and memd's log."
@@ -112,11 +188,16 @@ def _message(exc: BaseException) -> str:
 _UNAVAILABLE = (DaemonNotRunning, DaemonUnavailable, UnknownWorkspace)
 
 
-def _failure(exc: BaseException, **extra: Any) -> CallToolResult:
-    """A tool error the model can act on: what went wrong and what to do, as text and data."""
-    error, action = _message(exc), _action(exc)
+def _failure(exc: BaseException, action: str | None = None, **extra: Any) -> CallToolResult:
+    """A tool error the model can act on: what went wrong and what to do, as text and data.
+
+    When memd is not running or not answering, its message already says why and what to do
+    (the client tried to start it): the text says it once."""
+    error, action = _message(exc), action or _action(exc)
     data: dict[str, Any] = {**extra, "error": error, "action": action}
     text = f"{error.rstrip('.')}. {action}"
+    if isinstance(exc, DaemonNotRunning):
+        text = error
     if isinstance(exc, _UNAVAILABLE):
         data |= {"disabled": True, "unavailable": True}
         text = f"Memory is unavailable: {text}"
@@ -244,8 +325,32 @@ def _accept_from(fn: Callable[..., CallToolResult]) -> Callable[..., CallToolRes
     return call
 
 
-def build_server(workspace: str, client: Client) -> MCPServer[Any]:
-    """An MCP server whose tools forward to ``client`` for ``workspace`` (a name or a path)."""
+_T = TypeVar("_T")
+
+
+def build_server(workspace: str, client: Client, *, register: bool = True) -> MCPServer[Any]:
+    """An MCP server whose tools forward to ``client`` for ``workspace`` (a name or a path);
+    with ``register``, a directory memd does not know yet is registered on first use."""
+
+    def on_workspace(call: Callable[[], _T]) -> _T:
+        try:
+            return call()
+        except UnknownWorkspace:
+            if not (register and os.path.isabs(workspace) and os.path.isdir(workspace)):
+                raise
+            client.workspace_add(workspace)  # then memd indexes it: the call waits for that
+            return call()
+
+    def unknown(exc: BaseException) -> str | None:
+        """What to do about an unknown workspace that is a directory registering was refused
+        for (the general advice otherwise)."""
+        if isinstance(exc, UnknownWorkspace) and not register and os.path.isdir(workspace):
+            return (
+                f"Register it with `memctl workspace add {workspace}`, or start `memctl mcp` "
+                "without --no-register."
+            )
+        return None
+
     server: MCPServer[Any] = MCPServer(
         SERVER_NAME,
         title="memd memory",
@@ -278,20 +383,20 @@ def build_server(workspace: str, client: Client) -> MCPServer[Any]:
             Literal["memory", "sessions", "all"] | None,
             Field(description="Search notes only, session transcripts only, or all (default)."),
         ] = None,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, SearchOutput]:
         try:
             options: dict[str, Any] = {
                 "max_results": max_results,
                 "min_score": min_score,
                 "sources": sources,
             }
-            result = client.search(workspace, query, **options)
+            result = on_workspace(lambda: client.search(workspace, query, **options))
             freshness = result.get("freshness") or {}
             if not result.get("results") and freshness.get("fresh") is False:
                 # Edits still waiting to be indexed may hold the answer: let them land.
                 result = client.search(workspace, query, wait_ms=_RETRY_WAIT_MS, **options)
         except Exception as exc:
-            return _failure(exc, results=[])
+            return _failure(exc, unknown(exc), results=[])
         reply = search_reply(result)
         return _success(search_text(query, reply), reply)
 
@@ -310,17 +415,19 @@ def build_server(workspace: str, client: Client) -> MCPServer[Any]:
         lines: Annotated[
             int | None, Field(ge=1, le=10_000, description="How many lines (default 120).")
         ] = None,
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, GetOutput]:
         plain, start, count = split_citation(path)
         try:
-            result = client.get(
-                workspace,
-                plain,
-                from_line=from_ if from_ is not None else start,
-                lines=lines if lines is not None else count,
+            result = on_workspace(
+                lambda: client.get(
+                    workspace,
+                    plain,
+                    from_line=from_ if from_ is not None else start,
+                    lines=lines if lines is not None else count,
+                )
             )
         except Exception as exc:
-            return _failure(exc, path=plain, text="")
+            return _failure(exc, unknown(exc), path=plain, text="")
         reply = get_reply(result)
         return _success(get_text(reply), reply)
 
@@ -345,11 +452,11 @@ def build_server(workspace: str, client: Client) -> MCPServer[Any]:
     )
     def memory_append(
         text: Annotated[str, Field(min_length=1, description="The note to remember (Markdown).")],
-    ) -> CallToolResult:
+    ) -> Annotated[CallToolResult, AppendOutput]:
         try:
-            result = client.append(workspace, text)
+            result = on_workspace(lambda: client.append(workspace, text))
         except Exception as exc:
-            return _failure(exc)
+            return _failure(exc, unknown(exc))
         path = str(result.get("path"))
         start, end = result.get("start_line"), result.get("end_line")
         reply = {
@@ -364,12 +471,9 @@ def build_server(workspace: str, client: Client) -> MCPServer[Any]:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from memd import __version__
 
-    try:
-        return version("memd")
-    except PackageNotFoundError:
-        return "0"
+    return __version__
 
 
 def run(
@@ -378,6 +482,7 @@ def run(
     identity: Mapping[str, str] | None,
     *,
     timeout: float | None = 30.0,
+    register: bool = True,
 ) -> None:
     """Serve the memory tools for ``workspace`` over stdio until the client disconnects.
 
@@ -386,6 +491,7 @@ def run(
         socket: the daemon's socket (default: ``$MEMD_SOCKET`` or the per-user runtime dir).
         identity: whom the tools speak for (agent_id, session_key, ...), as memctl's options.
         timeout: seconds each daemon call may take.
+        register: register ``workspace`` (a directory) with memd on first use.
     """
     # Before the SDK's own logging setup (a no-op once the root logger has a handler).
     logging.basicConfig(
@@ -393,6 +499,6 @@ def run(
     )
     client = Client(socket, timeout, identity=identity)  # connects on the first call
     try:
-        build_server(workspace, client).run("stdio")
+        build_server(workspace, client, register=register).run("stdio")
     finally:
         client.close()
