@@ -213,7 +213,12 @@ class Api:
             watcher["pending_keys"] = sorted(watcher.get("pending_keys") or ())
             st["watcher"] = watcher
             workspaces.append(st)
-        return {"daemon": daemon, "workspaces": workspaces}
+        # What the remote provider is sent, today and in total, and its batches: daemon-wide.
+        return {
+            "daemon": daemon,
+            "embedding": self.service.provider_costs(),
+            "workspaces": workspaces,
+        }
 
     def _sources(self, ws: Workspace, caller: Caller, requested: Any) -> tuple[list[str], bool]:
         """(the index sources this caller may search here, whether MEMORY.md is excluded)."""
@@ -666,10 +671,15 @@ class Api:
         return result
 
     def reindex(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
-        only(params, "workspace", "force", "wait")
+        only(params, "workspace", "force", "wait", "dry_run")
         targets = self._targets(params)
         force = bool(bool_param(params, "force"))
         wait = bool_param(params, "wait")
+        if bool_param(params, "dry_run"):
+            if not force:
+                raise BadRequest("dry_run estimates a rebuild: it goes with force")
+            # Nothing is queued or written: what a rebuild would send, counted here.
+            return {"estimates": [self._estimate(ws) for ws in targets]}
         futures = [(ws, self.indexer.reindex(ws, force=force)) for ws in targets]
         if wait is False:
             return {"queued": [ws.name for ws, _ in futures]}
@@ -691,6 +701,15 @@ class Api:
                 }
             )
         return {"workspaces": reports}
+
+    def _estimate(self, ws: Workspace) -> dict[str, Any]:
+        embedder = self.service.embedder
+        return {
+            "workspace": ws.name,
+            "provider": embedder.provider if embedder else "none",
+            "model": embedder.model if embedder else "fts-only",
+            **ws.syncer.estimate(),
+        }
 
     def workspace_add(
         self, params: Mapping[str, Any], caller: Caller = ANONYMOUS

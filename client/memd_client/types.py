@@ -17,11 +17,14 @@ from typing import Any, NotRequired, TypedDict
 __all__ = [
     "AppendResult",
     "AppliedPromotion",
+    "BatchJobStatus",
+    "BatchesStatus",
     "ContextResult",
     "ContextSection",
     "DaemonStatus",
     "DreamResult",
     "DreamingStatus",
+    "EmbeddingCosts",
     "ExplainedCandidate",
     "FlushPlan",
     "Freshness",
@@ -31,14 +34,18 @@ __all__ = [
     "PromoteCandidate",
     "PromoteResult",
     "PromoteThresholds",
+    "ProviderRequests",
     "ProviderStatus",
+    "ProviderUsage",
     "RecallStoreCounts",
     "RecordRecallResult",
+    "ReindexEstimate",
     "ReindexReport",
     "ReindexResult",
     "ScoreComponents",
     "SearchHit",
     "SearchResult",
+    "SentCounts",
     "SkippedProvider",
     "Started",
     "StatusResult",
@@ -132,6 +139,7 @@ class ProviderStatus(TypedDict):
     skipped: list[SkippedProvider]
     last_error: str | None
     worker: NotRequired[dict[str, Any] | None]
+    line_vectors: NotRequired[bool]  # whether each line of a chunk gets a vector too
 
 
 class VectorStoreStatus(TypedDict):
@@ -225,9 +233,57 @@ class WorkspaceStatus(TypedDict):
     transcripts: NotRequired[dict[str, int]]  # on_disk, indexed: among the counts above
 
 
+class ProviderRequests(TypedDict):
+    """How a remote provider is asked: ``kind`` "cloud" (a paid API) or "server" (Ollama, a
+    server of your own); ``held_s``: seconds it is not asked for, after a rate limit."""
+
+    kind: str
+    concurrency: int
+    inputs_per_request: int
+    tokens_per_request: int
+    held_s: float
+
+
+class SentCounts(TypedDict):
+    texts: int
+    tokens: int
+    requests: int
+
+
+class ProviderUsage(TypedDict):
+    """What was sent to one provider (``"<provider> batch"``: through its Batch API)."""
+
+    today: SentCounts
+    total: SentCounts
+
+
+class BatchJobStatus(TypedDict):
+    id: str
+    status: str  # the provider's: validating, in_progress, finalizing, completed, failed, ...
+    requests: int
+    completed: int
+    failed: int
+    texts: int
+    tokens: int
+    age_s: float
+
+
+class BatchesStatus(TypedDict):
+    min_tokens: int  # a first index or rebuild that would send this many goes as a batch
+    jobs: list[BatchJobStatus]
+    last: dict[str, Any] | None  # the last batch that finished: id, status, vectors, error
+
+
+class EmbeddingCosts(TypedDict):
+    requests: ProviderRequests | None  # None: no remote provider
+    usage: dict[str, ProviderUsage]
+    batches: BatchesStatus | None  # None: no Batch API (another provider, or switched off)
+
+
 class StatusResult(TypedDict):
     daemon: DaemonStatus
     workspaces: list[WorkspaceStatus]
+    embedding: NotRequired[EmbeddingCosts]
 
 
 # -- memory --------------------------------------------------------------------------------------
@@ -486,11 +542,33 @@ class ReindexReport(TypedDict):
     seconds: float
 
 
+class ReindexEstimate(TypedDict):
+    """What a rebuild would send: ``texts`` distinct texts (chunks, and their lines when
+    ``line_vectors``), of which ``cached`` are in the embedding cache and ``send_texts`` (about
+    ``send_tokens`` tokens, in ``requests`` requests, or through the Batch API when ``batch``)
+    would go to the provider."""
+
+    workspace: str
+    provider: str
+    model: str
+    files: int
+    chunks: int
+    texts: int
+    line_vectors: bool
+    cached: int
+    send_texts: int
+    send_tokens: int
+    requests: int
+    batch: bool
+
+
 class ReindexResult(TypedDict, total=False):
-    """``workspaces`` when the call waited, ``queued`` (the names) when it did not."""
+    """``workspaces`` when the call waited, ``queued`` (the names) when it did not,
+    ``estimates`` for a dry run."""
 
     workspaces: list[ReindexReport]
     queued: list[str]
+    estimates: list[ReindexEstimate]
 
 
 class WorkspaceEntry(TypedDict):

@@ -80,6 +80,8 @@ def _provider_lines(p: Mapping[str, Any]) -> Iterator[str]:
         line += f", {p['dims']} dims"
     if p.get("requested") and p.get("requested") != active:
         line += f" (requested {p['requested']})"
+    if p.get("line_vectors") is False and active != "none":
+        line += ", chunk vectors only"
     yield line
     worker = p.get("worker")
     if worker:
@@ -88,6 +90,45 @@ def _provider_lines(p: Mapping[str, Any]) -> Iterator[str]:
         yield f"    skipped {skipped.get('provider')}: {skipped.get('reason')}"
     if p.get("last_error"):
         yield f"    last error: {p['last_error']}"
+
+
+def _sent(counts: Mapping[str, Any]) -> str:
+    return " · ".join(
+        f"{_count(counts.get(k, 0))} {k if counts.get(k) != 1 else k[:-1]}"
+        for k in ("texts", "tokens", "requests")
+    )
+
+
+def cost_lines(p: Mapping[str, Any]) -> Iterator[str]:
+    """How a remote provider is asked, what was sent to it (today, in total), and the batches
+    memd waits for: the ``embedding`` part of a status reply, two spaces in."""
+    r = p.get("requests")
+    if r:
+        line = (
+            f"  requests: up to {r.get('concurrency')} at a time, "
+            f"{_count(r.get('inputs_per_request'))} texts or "
+            f"{_count(r.get('tokens_per_request'))} tokens each"
+        )
+        if r.get("held_s"):
+            line += f"; rate-limited for {r['held_s']} s more"
+        yield line
+    for provider, u in (p.get("usage") or {}).items():
+        today, total = u.get("today") or {}, u.get("total") or {}
+        yield f"  sent to {provider} today: {_sent(today)}; in total: {_sent(total)}"
+    batches = p.get("batches") or {}
+    for job in batches.get("jobs") or []:
+        yield (
+            f"  batch {job.get('id')}: {job.get('status')}, {_count(job.get('completed'))}"
+            f"/{_count(job.get('requests'))} requests done, {_count(job.get('texts'))} texts · "
+            f"{_count(job.get('tokens'))} tokens, submitted {duration(job.get('age_s') or 0)} ago"
+        )
+    last = batches.get("last")
+    if last and not batches.get("jobs"):
+        line = f"  last batch {last.get('id')}: {last.get('status')}, "
+        line += f"{_count(last.get('vectors'))} vectors kept"
+        if last.get("error"):
+            line += f" ({last['error']})"
+        yield line
 
 
 def _worker_line(w: Mapping[str, Any]) -> str:
@@ -264,6 +305,10 @@ def status_lines(status: Mapping[str, Any], now: float, style: Style = _plain) -
             yield f"Started: {started_text(daemon['started'])}"
         for path in daemon.get("missing_workspaces") or []:
             yield style(f"Missing: {path}", "yellow") + " (kept; opened when it appears)"
+    costs = list(cost_lines(status.get("embedding") or {}))
+    if costs:
+        yield "Embedding API:"
+        yield from costs
     workspaces = status.get("workspaces") or []
     if not workspaces:
         yield "No workspaces registered; add one with `memctl workspace add PATH`."
@@ -312,6 +357,29 @@ def search_lines(result: Mapping[str, Any], style: Style = _plain) -> Iterator[s
             continue
         for _, line in [(n, ln) for n, ln in numbered if ln.strip()][:2]:
             yield f"    {line.strip()[:120]}"
+
+
+def estimate_lines(e: Mapping[str, Any]) -> Iterator[str]:
+    """What a rebuild would send (``memctl reindex --force --dry-run``)."""
+    where = f"{e.get('workspace')}: a rebuild would index {_count(e.get('files'))} files"
+    yield f"{where} ({_count(e.get('chunks'))} chunks)"
+    if e.get("provider") in (None, "none"):
+        yield "  keyword-only: nothing goes to an embedding provider"
+        return
+    lines = "chunks and their lines" if e.get("line_vectors") else "chunks only"
+    yield (
+        f"  {_count(e.get('texts'))} distinct texts ({lines}); {_count(e.get('cached'))} "
+        "are in the embedding cache"
+    )
+    send = f"{_count(e.get('send_texts'))} texts, about {_count(e.get('send_tokens'))} tokens"
+    if not e.get("send_texts"):
+        yield f"  sends nothing to {e.get('provider')} {e.get('model')}"
+    elif e.get("batch"):
+        yield f"  sends {send} to {e.get('provider')} {e.get('model')} through its Batch API"
+    elif e.get("requests"):
+        yield f"  sends {send} to {e.get('provider')} {e.get('model')} in {_count(e.get('requests'))} requests"
+    else:
+        yield f"  embeds {send} with {e.get('provider')} {e.get('model')} on this machine"
 
 
 def reindex_line(report: Mapping[str, Any]) -> str:

@@ -375,19 +375,43 @@ def dream_cmd(
 @_workspace_option(all_by_default=True)
 @click.option("--force", is_flag=True, help="Rebuild from scratch (safely, in a temporary file).")
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until done.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --force: change nothing; say what the rebuild would send to the provider.",
+)
 @_json_option
 @click.pass_context
 def reindex_cmd(
-    ctx: click.Context, workspace: str | None, force: bool, wait: bool, as_json: bool
+    ctx: click.Context,
+    workspace: str | None,
+    force: bool,
+    wait: bool,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Bring the index of one workspace (default: every workspace) up to date.
 
     While it works, a terminal shows a progress bar (files read, chunks embedded, the rate and
     the time left); with --json, one JSON object per line: progress events, then the result.
+    With --force --dry-run nothing changes: it says how many texts and tokens the rebuild
+    would send to the embedding provider (what the embedding cache holds is not sent again).
 
-    Example: memctl reindex -w ~/agent --force
+    Example: memctl reindex -w ~/agent --force --dry-run
     """
     ref = _ref_or_all(workspace)
+    if dry_run:
+        if not force:
+            raise click.UsageError("--dry-run estimates a rebuild: use it with --force")
+        with _client(ctx) as c:
+            estimates = c.reindex(ref, force=True, dry_run=True)["estimates"]
+        if as_json:
+            _print_json({"estimates": estimates})
+            return
+        for estimate in estimates:
+            for line in display.estimate_lines(estimate):
+                click.echo(line)
+        return
     with _errors(ctx):
         # With --wait the daemon answers when the work is done, however long that takes.
         result = with_progress(
