@@ -152,3 +152,47 @@ def test_a_search_while_documents_are_embedded_is_answered_beside_them(
                 wait_for(lambda: indexed(c, "notes"), "the new notes' vectors", timeout=60)
     finally:
         release.set()
+
+
+def test_a_writer_step_stores_a_few_files_and_leaves_the_rest_in_the_cache(
+    server: FakeProvider, tmp_path: Path, config: Config
+) -> None:
+    """A wave brings the texts of many files at once; storing them all in one step made an
+    append wait for a hundred transactions. A step stores WAVE_STORES files, the next steps
+    the rest, from the cache, without asking the provider again."""
+    from memd.embed.remote import create_remote
+    from memd.index.cache import EmbeddingCache
+    from memd.index.index import Index
+    from memd.index.sync import WAVE_STORES, Syncer
+    from memd.indexer import EMBED_STEP_CHARS
+
+    ws = tmp_path / "many"
+    daily_notes(ws, files=60)
+    remote = create_remote(
+        "openai",
+        EmbeddingConfig(base_url=server.url + "/v1", model="m", dimensions=DIMS),
+        {"OPENAI_API_KEY": KEY},
+    )
+    index = Index(tmp_path / "many.sqlite")
+    index.open()
+    cache = EmbeddingCache(tmp_path / "cache.sqlite")
+    try:
+        syncer = Syncer(index, ws, config=config.index, embedder=remote, cache=cache)
+        syncer.sync(embed=False)
+        with index.reader() as store:
+            assert store.pending_count() == 60
+        left = 60
+        for step in range(4):
+            syncer.embed_pending(max_files=None, max_chars=EMBED_STEP_CHARS)
+            with index.reader() as store:
+                now = store.pending_count()
+            assert left - now == min(left, WAVE_STORES), step
+            left = now
+            if step == 0:
+                asked = server.counts.requests
+                assert 1 <= asked <= 4  # one wave: the texts of every file
+        assert left == 0 and server.counts.requests == asked  # the rest came from the cache
+    finally:
+        cache.close()
+        index.close()
+        remote.close()

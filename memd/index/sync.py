@@ -61,6 +61,9 @@ TOKEN_COUNTS_KEPT = 200_000  # about 10 MB of digests and counts
 UNCAPPED = sys.maxsize
 # New text a rebuild embeds between two calls of its progress callback (which may stop it).
 REBUILD_STEP_CHARS = 16 * 1024
+# Files one step stores from the cache after a wave of requests (a transaction each): a wave
+# brings the texts of a hundred files, and an append should not wait for all of them.
+WAVE_STORES = 16
 
 
 def decode_memory(data: bytes) -> str:
@@ -346,10 +349,13 @@ class Syncer:
         rather than after a whole file of thousands of lines."""
         while True:
             embedded, errors = report.embedded, len(report.errors)
+            pending = store.pending_count()
             self._embed_pending(store, report, progress, max_chars=REBUILD_STEP_CHARS, act=act)
             if len(report.errors) > errors or not store.has_pending():
                 return  # a failure (the file stays pending), or done
-            if report.embedded == embedded and not self._wait_for_batch(progress):
+            if report.embedded > embedded or store.pending_count() < pending:
+                continue  # texts embedded, or files stored from the cache
+            if not self._wait_for_batch(progress):
                 return  # nothing left to embed
 
     def estimate(self) -> dict[str, object]:
@@ -870,9 +876,7 @@ class Syncer:
                     except _BadTexts as exc:
                         unusable = exc  # the files without those texts are stored all the same
                 hits = SyncReport() if path in gathered else report
-                vectors = self._chunk_vectors(
-                    e, todo, hits, embed=not waved, max_chars=max_chars, skip=held
-                )
+                vectors = self._chunk_vectors(e, todo, hits, embed=not waved, max_chars=max_chars)
                 if unusable and len(vectors) < len(todo):
                     if not unusable.hashes.isdisjoint(self._texts_of(todo)):
                         raise unusable
@@ -903,6 +907,8 @@ class Syncer:
                 report.errors.append((path, self.last_error or ""))
                 return
             self.reset_backoff()
+            if waved and n >= WAVE_STORES:
+                return  # the writer's other jobs get their turn; the rest waits in the cache
 
     def _rest(self, report: SyncReport, last: bool) -> None:
         """After the last pending file, when nothing but batches is left: the writer leaves
@@ -922,18 +928,31 @@ class Syncer:
         """Embed (into the cache) the missing texts of the first of ``paths``, in order, up to
         about ``budget`` characters of them: one call, which the embedder sends as parallel
         requests; return the paths it looked at. The loop after it stores the files whose
-        texts are all there."""
-        chunks: list[tuple[tuple[str, int], str, str]] = []
+        texts are all there. Texts the cache holds are only looked up, not read."""
+        assert self.cache is not None
+        missing: dict[str, str] = {}
         size = 0
         seen: set[str] = set()
         for path in paths:
-            todo = store.unembedded(path)
             seen.add(path)
-            chunks += [((path, key), h, text) for key, h, text in todo]
-            size += sum(len(text) for _, _, text in todo)
+            todo = store.unembedded(path)
+            texts = self._texts_of(todo)
+            known = self.cache.known(e.settings_key, texts, e.dims)
+            report.cache_hits += sum(
+                1
+                for _, h, text in todo
+                if h in known and known.issuperset(self._texts_of([(None, h, text)]))
+            )
+            for h, text in texts.items():
+                if h not in known and h not in held and h not in missing:
+                    missing[h] = text
+                    size += len(text)
             if size >= budget:
                 break
-        self._chunk_vectors(e, chunks, report, embed=True, max_chars=budget, skip=held)
+        items = list(missing.items())
+        if items:
+            items = items[: len(next(document_jobs([t for _, t in items], budget)))]
+            self._embed_texts(e, items, report)
         return seen
 
     def _chunk_vectors(
@@ -944,7 +963,6 @@ class Syncer:
         *,
         embed: bool,
         max_chars: int | None = None,
-        skip: set[str] | None = None,
     ) -> dict[K, tuple[Vectors, Vectors | None]]:
         """(vector, line vectors) of the chunks (key, hash, text): from the cache, and with
         ``embed`` the missing texts embedded (each distinct one once) and cached; without it,
@@ -964,14 +982,21 @@ class Syncer:
         report.cache_hits += sum(
             1 for key, h, _ in chunks if h in by_hash and all(lh in by_hash for _, lh in lines[key])
         )
-        skip = skip or set()
-        items = (
-            [(h, text) for h, text in texts.items() if h not in by_hash and h not in skip]
-            if embed
-            else []
-        )
+        items = [(h, text) for h, text in texts.items() if h not in by_hash] if embed else []
         if max_chars is not None and self.cache is not None and items:
             items = items[: len(next(document_jobs([t for _, t in items], max_chars)))]
+        by_hash.update(self._embed_texts(e, items, report))
+        return {
+            key: (by_hash[h], _stack([by_hash[lh] for _, lh in lines[key]]))
+            for key, h, _ in chunks
+            if h in by_hash and all(lh in by_hash for _, lh in lines[key])
+        }
+
+    def _embed_texts(
+        self, e: Embedder, items: list[tuple[str, str]], report: SyncReport
+    ) -> dict[str, Vectors]:
+        """Embed ``items`` (hash, text) and cache their vectors; return them by hash."""
+        by_hash: dict[str, Vectors] = {}
         for start in range(0, len(items), e.batch_size):
             batch = items[start : start + e.batch_size]
             vectors = e.embed_batch([t for _, t in batch], kind="document")
@@ -988,11 +1013,7 @@ class Syncer:
                     check_vectors(vectors, len(batch), e.dims)
                 except BadVectors as exc:
                     raise _BadTexts(str(exc), {batch[i][0] for i in bad}) from None
-        return {
-            key: (by_hash[h], _stack([by_hash[lh] for _, lh in lines[key]]))
-            for key, h, _ in chunks
-            if h in by_hash and all(lh in by_hash for _, lh in lines[key])
-        }
+        return by_hash
 
 
 class _BadTexts(BadVectors):
