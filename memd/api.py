@@ -41,6 +41,7 @@ from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.dreams.similar import meaning_threshold
 from memd.dreams.transcripts import Message, Transcript
+from memd.embed.autopull import ModelPull
 from memd.flush import SILENT_REPLY, check_flush_target, daily_log, flush_plan, is_silent
 from memd.freshness import check as check_freshness
 from memd.index.cache import cached_vectors
@@ -99,6 +100,7 @@ class Api:
         self.clock = clock
         self.started_at = time.time()
         self.started: dict[str, Any] = {}  # how memd was started (set by the daemon)
+        self.model_pull: ModelPull | None = None  # the model fetched in the background, if any
         self.connections = 0
         self._registry_lock = threading.Lock()
         # append's idempotency keys, by (workspace root, key): runs in flight and their
@@ -159,6 +161,13 @@ class Api:
 
     # -- methods --------------------------------------------------------------------------------
 
+    def _embedder(self) -> dict[str, Any]:
+        """What the daemon embeds with (whatever the workspaces), for doctor and status."""
+        e = self.service.embedder
+        if e is None:
+            return {"active": "none", "model": "", "dims": 0, "reason": self.service.choice.reason}
+        return {"active": e.provider, "model": e.model, "dims": e.dims}
+
     def hello(self, params: Mapping[str, Any], caller: Caller = ANONYMOUS) -> dict[str, Any]:
         only(params, "client", "protocol", "agent_id", "session_key", "chat_type", "channel")
         return {
@@ -188,6 +197,8 @@ class Api:
                 "connections": self.connections,
                 "socket": self.socket_path,
                 "started": self.started,
+                "embedder": self._embedder(),
+                "model_pull": self.model_pull.status() if self.model_pull else None,
                 "missing_workspaces": sorted(self.service.registry.missing),
             }
         workspaces = []

@@ -141,6 +141,13 @@ class EmbeddingConfig:
     model: str = ""
     # A GGUF file for the local provider (also MEMD_LOCAL_MODEL); empty: look in the model dir.
     model_path: str = ""
+    # With llama-cpp-python installed and no model anywhere, the daemon downloads pull_uri
+    # (empty: the recommended multilingual-e5-small) into the model dir in the background on
+    # its first start, searching by keyword meanwhile. On by default: installing the `local`
+    # extra is asking for local vectors (as OpenClaw fetches its default model on first use);
+    # false: never download, `memctl model pull` does it by hand.
+    auto_pull: bool = True
+    pull_uri: str = ""
     # llama.cpp threads (0: half the cores, at least 1) and texts per embedding call.
     threads: int = 0
     batch_size: int = 32

@@ -32,6 +32,7 @@ from memd.api import APPEND_KEY_SECONDS, APPEND_KEYS_KEPT, Api
 from memd.config import Config
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
+from memd.embed.autopull import ModelPull, wanted
 from memd.embed.select import Choice
 from memd.heap import release_memory, trim_heap
 from memd.indexer import RECONCILE, Indexer
@@ -121,6 +122,7 @@ class Daemon:
         self.idle_exit = idle_exit
         self.activation: Activation | None = None  # the socket a service manager passed
         self.started: dict[str, Any] = {}  # how this memd was started, for status
+        self.model_pull: ModelPull | None = None  # the model fetched in the background
         # memd.start.lock, held until the socket accepts: clients wait rather than start a
         # second memd meanwhile (memd_client.autostart).
         self._start_lock = start_lock
@@ -179,6 +181,9 @@ class Daemon:
         )
         self.ready.set()
         self._release_start_lock()
+        if wanted(self.config, parts.service.choice):
+            self.model_pull = parts.api.model_pull = ModelPull(self.config, self._model_ready)
+            self.model_pull.start()
         sd_notify("READY=1")
         logger.info(
             "memd %d ready on %s with %d workspace(s), embedder %s",
@@ -258,6 +263,8 @@ class Daemon:
     def shutdown(self) -> None:
         sd_notify("STOPPING=1")
         self._release_start_lock()
+        if self.model_pull is not None:
+            self.model_pull.stop()  # a partial download is resumed at the next start
         if self.parts is not None:
             # A rebuild is abandoned first: a reindex waiting for it is answered (BUSY) before
             # its connection is closed, and nothing waits for the rebuild to finish.
@@ -344,6 +351,18 @@ class Daemon:
         if self._start_lock is not None:
             os.close(self._start_lock)
             self._start_lock = None
+
+    def _model_ready(self, choice: Choice) -> None:
+        """The model fetched in the background is loaded: embed with it, and rebuild the
+        indexes built without it (keyword search answers from them meanwhile)."""
+        parts = self.parts
+        if parts is None:
+            if choice.embedder is not None:
+                choice.embedder.close()
+            return
+        parts.service.adopt(choice)
+        for ws in parts.registry.all():
+            parts.indexer.request_sync(ws)
 
     def _take_socket(self) -> None:
         """With socket activation, serve on the socket the service manager passed (at the
@@ -454,6 +473,7 @@ class _Idle:
         busy = (
             calls != self._calls
             or parts.server.connections > 0
+            or (parts.api.model_pull is not None and parts.api.model_pull.busy)
             or any(
                 parts.indexer.pending(ws) or ws.syncer.rebuilding or ws.syncer.has_pending()
                 for ws in parts.registry.all()

@@ -425,6 +425,13 @@ class Workspaces:
                 )
         raise UnknownWorkspace(f"unknown workspace {ref!r} (not a registered name or a directory)")
 
+    def use_embedder(self, embedder: Embedder | None, *, protect: bool) -> None:
+        """Embed every workspace (and those added later) with ``embedder`` from now on."""
+        with self._lock:
+            self.embedder, self.protect = embedder, protect
+            for ws in self._workspaces.values():
+                ws.syncer.embedder, ws.syncer.protect = embedder, protect
+
     def all(self) -> list[Workspace]:
         with self._lock:
             return list(self._workspaces.values())

@@ -136,6 +136,21 @@ class MemoryService:
             "batches": self.batches.status() if self.batches else None,
         }
 
+    def adopt(self, choice: Choice) -> None:
+        """Embed with ``choice`` from now on (a model that arrived while memd ran): every
+        workspace's writer embeds with it, and an index built without it is rebuilt at its next
+        sync (its identity differs), keyword search answering from the old one meanwhile."""
+        inner = choice.embedder
+        if inner is not None and not isinstance(inner, WorkerEmbedder):
+            worker = WorkerEmbedder(inner, query_timeout=self.config.embedding.timeout_seconds)
+            choice = Choice(
+                worker, choice.requested, protect=choice.protect, skipped=choice.skipped
+            )
+        old, self.choice = self.choice.embedder, choice
+        self.registry.use_embedder(choice.embedder, protect=choice.protect)
+        if old is not None:
+            old.close()
+
     def close(self) -> None:
         if self.readers is not None:
             self.readers.close()

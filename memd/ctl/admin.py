@@ -71,18 +71,23 @@ def model_list_cmd(ctx: click.Context, as_json: bool) -> None:
 @click.option("--sha256", default=None, metavar="HEX", help="The expected checksum.")
 @click.pass_context
 def model_pull_cmd(ctx: click.Context, uri: str | None, sha256: str | None) -> None:
-    """Download the model URI (hf:owner/repo/file.gguf or https://…) into the model directory;
-    with no URI, the recommended multilingual model (multilingual-e5-small).
+    """Bring the model URI into the model directory: download hf:owner/repo/file.gguf or an
+    https:// URL, or copy a GGUF file on this machine (a path); with no URI, the recommended
+    multilingual model (multilingual-e5-small, or [embedding] pull_uri).
 
     \b
     Example:
       memctl model pull
+      memctl model pull ~/Downloads/multilingual-e5-small-q8_0.gguf
       memctl model pull hf:second-state/All-MiniLM-L6-v2-Embedding-GGUF/all-MiniLM-L6-v2-Q8_0.gguf
     """
     # only this command needs it: memctl starts faster
+    from memd.config import Config
     from memd.embed.models import RECOMMENDED_MODEL_URI, progress_bar, pull
 
-    uri = uri or RECOMMENDED_MODEL_URI
+    if uri is None:
+        with _errors(ctx):
+            uri = Config.load().embedding.pull_uri or RECOMMENDED_MODEL_URI
 
     with _errors(ctx):
         # A model directory others may write to would let them choose what memd loads.

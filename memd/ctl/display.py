@@ -9,6 +9,7 @@ __all__ = [
     "age",
     "duration",
     "model_line",
+    "model_pull_text",
     "reindex_line",
     "search_lines",
     "search_notes",
@@ -276,6 +277,24 @@ def _dreaming_lines(d: Mapping[str, Any]) -> Iterator[str]:
         yield f"  Next dreaming: {d.get('next_run') or '?'}"
 
 
+def model_pull_text(pull: Mapping[str, Any], now: float | None = None) -> str | None:
+    """The model memd fetches in the background (``[embedding] auto_pull``), as one line."""
+    name = str(pull.get("uri") or "").rstrip("/").rsplit("/", 1)[-1] or "the model"
+    state, done, total = pull.get("state"), pull.get("done") or 0, pull.get("total")
+    if state == "downloading":
+        got = f"{_mb(done)} of {_mb(total)}, {done / total:.0%}" if total else _mb(done)
+        return f"Model: downloading {name} ({got}); keyword search meanwhile"
+    if state == "loading":
+        return f"Model: {name} downloaded, loading it; keyword search meanwhile"
+    if state == "failed":
+        again = pull.get("next_try")
+        when = f"; trying again in {duration(again - now)}" if again and now else ""
+        return f"Model: could not download {name}: {pull.get('error')}{when}"
+    if state == "done":
+        return f"Model: {name} downloaded and in service"
+    return None
+
+
 def started_text(started: Mapping[str, Any]) -> str:
     """How memd was started: ``by systemd socket activation (stops after 15m idle)``,
     ``on demand by memctl (pid 4242)``, ``by the service manager (launchd)``, ``by hand``."""
@@ -303,6 +322,11 @@ def status_lines(status: Mapping[str, Any], now: float, style: Style = _plain) -
             yield f"Socket: {daemon['socket']}"
         if daemon.get("started"):
             yield f"Started: {started_text(daemon['started'])}"
+        if daemon.get("model_pull"):
+            line = model_pull_text(daemon["model_pull"], now)
+            if line:
+                failed = daemon["model_pull"].get("state") == "failed"
+                yield style(line, "red" if failed else "yellow")
         for path in daemon.get("missing_workspaces") or []:
             yield style(f"Missing: {path}", "yellow") + " (kept; opened when it appears)"
     costs = list(cost_lines(status.get("embedding") or {}))

@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,15 +92,30 @@ def run_checks(
         sqlite_vec_path = os.environ.get(SQLITE_VEC_ENV) or None
     if socket is None:
         socket = _guarded_socket_path()
+    asked: dict[str, tuple[Check, dict[str, Any] | None]] = {}
+
+    def ask() -> tuple[Check, dict[str, Any] | None]:
+        """The running daemon's answer, asked once: the model check says what it serves."""
+        if "daemon" not in asked:
+            asked["daemon"] = check_daemon(socket)
+        return asked["daemon"]
+
     status_box: list[dict[str, Any] | None] = [None]
 
     def daemon() -> Check:
-        check, status_box[0] = check_daemon(socket)
+        check, status_box[0] = ask()
         return check
+
+    def model() -> Check:
+        try:
+            status = ask()[1]
+        except Exception:  # the daemon check reports it; judge the model from here
+            status = None
+        return check_model(config, load_model=load_model, status=status)
 
     checks: list[tuple[str, Callable[[], Check]]] = [
         ("sqlite-vec", lambda: check_sqlite_vec(config, sqlite_vec_path)),
-        ("model", lambda: check_model(config, load_model=load_model)),
+        ("model", model),
         ("api keys", lambda: check_keys(config)),
         ("socket directory", lambda: check_socket_dir(socket)),
         ("private state", lambda: check_private_state(config)),
@@ -181,11 +197,17 @@ def check_sqlite_vec(config: Config, path: str | None = None) -> Check:
 # -- the local model --------------------------------------------------------------------------
 
 
-def check_model(config: Config, *, load_model: bool = True) -> Check:
-    """Find the local GGUF model, read its header, and (``load_model``) embed one query with it."""
+def check_model(
+    config: Config, *, load_model: bool = True, status: Mapping[str, Any] | None = None
+) -> Check:
+    """Say what the running daemon embeds with (``status``: its reply), or else find the local
+    GGUF model, read its header, and (``load_model``) embed one query with it."""
     from memd.embed.gguf import GGUFError, read_metadata
 
     name = "model"
+    served = _served(config, status)
+    if served is not None:
+        return served
     emb = config.embedding
     wanted = {emb.provider, emb.fallback}
     required = "local" in wanted
@@ -271,6 +293,48 @@ def check_model(config: Config, *, load_model: bool = True) -> Check:
             "nothing to do; a newer llama-cpp-python may fix the default mode",
         )
     return Check(name, "ok", f"{path} loads in a worker process: {got} dims")
+
+
+def _served(config: Config, status: Mapping[str, Any] | None) -> Check | None:
+    """What the running memd embeds with, as the model check: the daemon, not this shell,
+    decides (its environment and its model directory may differ). None without a daemon (or
+    one too old to say): the model is then judged from here."""
+    from memd.ctl.display import model_pull_text
+    from memd.embed.models import OFFLINE_ROUTES, find_default_model
+
+    name = "model"
+    daemon = (status or {}).get("daemon") or {}
+    embedder = daemon.get("embedder")
+    if not embedder:
+        return None
+    who = f"memd (pid {daemon.get('pid')})"
+    active, model = embedder.get("active"), embedder.get("model")
+    if active not in (None, "none"):
+        return Check(name, "ok", f"{who} embeds with {active} {model}, {embedder.get('dims')} dims")
+    pull = daemon.get("model_pull") or {}
+    if pull.get("state") in ("downloading", "loading"):
+        return Check(name, "ok", f"{who}: {model_pull_text(pull)}")
+    fix = f"memctl model pull (the recommended model); {OFFLINE_ROUTES}; then restart memd"
+    if pull.get("state") == "failed":
+        text = model_pull_text(pull, time.time())
+        return Check(name, "warn", f"{who} searches by keyword: {text}", fix)
+    here = Path(config.embedding.model_path).expanduser() if config.embedding.model_path else None
+    here = here or find_default_model(config.dirs.models)
+    if here is not None:
+        return Check(
+            name,
+            "warn",
+            f"{who} searches by keyword only ({embedder.get('reason') or 'no model'}), though "
+            f"this shell would use {here}",
+            "restart memd from this shell (or `memctl service install` again: it carries "
+            "MEMD_* settings into the service)",
+        )
+    return Check(
+        name,
+        "warn",
+        f"{who} searches by keyword only: {embedder.get('reason') or 'no model'}",
+        fix,
+    )
 
 
 # -- provider keys ----------------------------------------------------------------------------

@@ -32,12 +32,14 @@ from memd_client.errors import Busy, ConfigError, ProviderUnavailable
 
 # resolve_uri, ModelSource and progress_bar are re-exported: callers need only this module.
 __all__ = [
+    "OFFLINE_ROUTES",
     "RECOMMENDED_MODEL_URI",
     "ModelInfo",
     "ModelSource",
     "Progress",
     "find_default_model",
     "list_models",
+    "local_file",
     "progress_bar",
     "pull",
     "resolve_uri",
@@ -81,7 +83,9 @@ def pull(
     timeout: float = 30.0,
     opener: urllib.request.OpenerDirector | None = None,
 ) -> Path:
-    """Download the model ``uri`` names into ``models_dir``, resuming a partial download.
+    """Bring the model ``uri`` names into ``models_dir``: download it (``hf:`` or an http(s)
+    URL), resuming a partial download, or copy a GGUF file on this machine (a path, or
+    ``file://``).
 
     Args:
         sha256: the expected checksum; else the URI's ``#sha256=`` or one the server publishes.
@@ -89,6 +93,11 @@ def pull(
         timeout: seconds allowed for connecting and for each read.
         opener: a urllib opener to use instead of the default one (proxies, tests).
     """
+    local = local_file(uri)
+    if local is not None:
+        return _copy_in(
+            local, models_dir, sha256=_expected_sha256(sha256, None, uri), progress=progress
+        )
     source = resolve_uri(uri)
     expected = _expected_sha256(sha256, source, uri)
     models_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -116,12 +125,80 @@ def pull(
     return final
 
 
-def _expected_sha256(sha256: str | None, source: ModelSource, uri: str) -> str | None:
+def local_file(uri: str) -> Path | None:
+    """The file ``uri`` names on this machine (a path, ``~/...``, ``file:///...``), or None
+    when it is a download (``hf:``, ``http(s)://``)."""
+    text = uri.strip()
+    if text.startswith("file://"):
+        return Path(urllib.parse.unquote(urllib.parse.urlsplit(text).path))
+    if text.startswith(("hf:", "http://", "https://")):
+        return None
+    path = Path(text).expanduser()
+    if text.startswith(("/", ".", "~")) or os.sep in text or path.exists():
+        return path
+    return None
+
+
+def _copy_in(
+    source: Path, models_dir: Path, *, sha256: str | None, progress: Progress | None
+) -> Path:
+    """Copy the GGUF file ``source`` into ``models_dir`` (whole or not at all), with its
+    checksum beside it; a file already there is only checked."""
+    try:
+        st = source.stat()
+        with open(source, "rb") as f:
+            magic = f.read(len(_MAGIC))
+    except FileNotFoundError:
+        raise ConfigError(f"no model file at {source}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {source}: {exc.strerror or exc}") from None
+    if not source.is_file():
+        raise ConfigError(f"{source} is not a file")
+    if magic != _MAGIC:
+        raise ConfigError(f"{source} is not a GGUF model file (it starts with {magic!r})")
+    name = source.name if source.name.lower().endswith(".gguf") else source.name + ".gguf"
+    models_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    final = models_dir / name
+    if final.exists() and os.path.samefile(final, source):
+        got = _sha256_of(final)
+    else:
+        part = _sibling(final, ".part")
+        with open(source, "rb") as src, open(part, "wb") as out:
+            hasher, done = hashlib.sha256(), 0
+            while block := src.read(BLOCK):
+                out.write(block)
+                hasher.update(block)
+                done += len(block)
+                if progress:
+                    progress(done, st.st_size)
+            out.flush()
+            os.fsync(out.fileno())
+        got = hasher.hexdigest()
+        if sha256 is not None and got != sha256:
+            part.unlink(missing_ok=True)
+            raise ProviderUnavailable(
+                f"checksum mismatch for {source}: expected {sha256}, got {got}; nothing copied"
+            )
+        os.replace(part, final)
+    if sha256 is not None and got != sha256:
+        raise ProviderUnavailable(f"checksum mismatch for {final}: expected {sha256}, got {got}")
+    _write_sidecar(_sibling(final, ".sha256"), got, final.name)
+    fsync_dir(models_dir)
+    logger.info("copied %s into %s (sha256 %s)", source, final, got)
+    return final
+
+
+def _sha256_of(path: Path) -> str:
+    with open(path, "rb") as f:
+        return _hash_file(f)
+
+
+def _expected_sha256(sha256: str | None, source: ModelSource | None, uri: str) -> str | None:
     if sha256 is None:
-        return source.sha256
+        return source.sha256 if source else None
     if not _SHA256.fullmatch(sha256.lower()):
         raise ConfigError(f"bad sha256 {sha256!r}: expected 64 hex digits")
-    if source.sha256 and source.sha256 != sha256.lower():
+    if source and source.sha256 and source.sha256 != sha256.lower():
         raise ConfigError(f"the sha256 given and the one in {uri!r} differ")
     return sha256.lower()
 
@@ -325,12 +402,20 @@ def _http_error(
     )
 
 
+OFFLINE_ROUTES = (
+    "without a network, a GGUF file on this machine works: `memctl model pull "
+    "/path/to/model.gguf` copies it into the model directory, or MEMD_LOCAL_MODEL="
+    "/path/to/model.gguf points memd at it"
+)
+
+
 def _offline(source: ModelSource, exc: object, done: int) -> ProviderUnavailable:
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     text = str(reason) or type(reason).__name__
     kept = "; the partial file is kept and the next pull resumes" if done else ""
     return ProviderUnavailable(
-        f"cannot download {_display(source.url)}: {text}; are you offline?{kept}"
+        f"cannot download {_display(source.url)}: {text}; are you offline?{kept}. "
+        f"Meanwhile memd searches by keyword; {OFFLINE_ROUTES}"
     )
 
 
