@@ -61,14 +61,15 @@ def _progress(phase: str, done: int, total: int) -> None:
         click.echo(f"\r{phase}: {done}/{total}", err=True, nl=done == total)
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="memd")
 @click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Config file (default: $XDG_CONFIG_HOME/memd/config.toml).",
+    help="Config file (default: $MEMD_CONFIG, else $MEMD_HOME/config/config.toml, else "
+    "$XDG_CONFIG_HOME/memd/config.toml).",
 )
 @click.option(
     "--log-level",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 import os
 import stat
@@ -378,8 +379,9 @@ class Config:
                     values.setdefault(section, {})[name] = value
                 else:
                     values[section] = value
+            source = str(file) if data is not None else _no_file(file, env, explicit)
             try:
-                return _build(values, dirs=dirs, source="defaults" if data is None else str(file))
+                return _build(values, dirs=dirs, source=source)
             except _BadValue as exc:  # say where the value came from
                 if exc.key in from_env:
                     raise ConfigError(f"{from_env[exc.key]}: {exc}") from None
@@ -394,6 +396,19 @@ class Config:
             raise ConfigError(
                 f"{file}: cannot be used ({type(exc).__name__}: {_line(exc)})"
             ) from None
+
+
+def _no_file(file: Path, env: Mapping[str, str], explicit: bool) -> str:
+    """Where the defaults come from, said where memd looked, and a config.toml left where memd
+    does not read one ($MEMD_HOME/config.toml, beside config/) named with where it belongs."""
+    home = env.get("MEMD_HOME")
+    stray = Path(home).expanduser() / "config.toml" if home else None
+    if stray is not None and not explicit and stray != file and stray.is_file():
+        logging.getLogger(__name__).warning(
+            "%s is not read: memd reads %s; move it there", stray, file
+        )
+        return f"defaults: no file at {file} ({stray} is not read: move it there)"
+    return f"defaults: no file at {file}"
 
 
 class _BadValue(ConfigError):

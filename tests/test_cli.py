@@ -57,3 +57,27 @@ def test_dump_matches_after_force(workspace: Path, write: WriteFile) -> None:
     code, out = run("index", str(workspace), "--force")
     assert code == 0 and "[rebuilt]" in out
     assert run("dump", str(workspace))[1] == before != ""
+
+
+def test_dash_h_is_help() -> None:
+    code, out = run("-h")
+    assert code == 0 and "Usage:" in out and "run" in out
+    code, out = run("run", "-h")
+    assert code == 0 and "--idle-exit" in out
+
+
+def test_check_config_says_where_it_looked(memd_home: Path) -> None:
+    code, out = run("check-config")
+    expected = memd_home / "config" / "config.toml"
+    assert code == 0 and out.startswith(f"# from defaults: no file at {expected}\n")
+    # A config.toml at the top of MEMD_HOME is not read: said, with where it belongs.
+    memd_home.mkdir(parents=True, exist_ok=True)
+    (memd_home / "config.toml").write_text("[search]\nmax_results = 3\n")
+    code, out = run("check-config")
+    assert code == 0
+    (source,) = [line for line in out.splitlines() if line.startswith("# from ")]
+    assert source.endswith(f"({memd_home / 'config.toml'} is not read: move it there)")
+    expected.parent.mkdir()
+    (memd_home / "config.toml").rename(expected)
+    code, out = run("check-config")
+    assert out.startswith(f"# from {expected}\n") and '"max_results": 3' in out

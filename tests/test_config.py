@@ -20,7 +20,7 @@ def write_config(home: Path, text: str) -> Path:
 
 def test_defaults_and_memd_home(memd_home: Path) -> None:
     c = Config.load()
-    assert c.source == "defaults"
+    assert c.source == f"defaults: no file at {memd_home / 'config' / 'config.toml'}"
     assert (c.index.chunk_tokens, c.index.chunk_overlap) == (400, 80)
     assert (c.search.max_results, c.search.min_score, c.search.mode) == (6, 0.35, "hybrid")
     assert c.watch.debounce_ms == 1500

@@ -338,3 +338,22 @@ def test_model_list_shows_files(memd_home: Path) -> None:
         "big.gguf  0.0 MB  partial download",
         "mini.gguf  2.0 MB  unverified",
     ]
+
+
+def test_the_vector_store_line_says_what_is_off() -> None:
+    """The in-memory sketch is on; what configuration turned off is sqlite-vec."""
+    from memd.ctl.display import status_lines
+
+    ws = {
+        "workspace": "agent",
+        "vector_store": {
+            "kind": "plain",
+            "sqlite_vec": False,
+            "reason": "disabled by configuration (index.sqlite_vec = false)",
+        },
+    }
+    lines = list(status_lines({"workspaces": [ws]}, 0.0))
+    assert (
+        "  Vector store: in-memory sketch (sqlite-vec not used: disabled by configuration "
+        "(index.sqlite_vec = false))" in lines
+    )

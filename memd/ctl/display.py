@@ -157,7 +157,10 @@ def _vector_line(v: Mapping[str, Any]) -> str:
     version = v.get("sqlite_vec_version") if v.get("sqlite_vec") else None
     if version:
         line += f" {version}" if kind.startswith("sqlite-vec") else f" (sqlite-vec {version})"
-    if v.get("reason"):
+    if v.get("reason") and kind == "plain":
+        # why sqlite-vec is not used: the sketch itself is on
+        line += f" (sqlite-vec not used: {v['reason']})"
+    elif v.get("reason"):
         line += f" — {v['reason']}"
     return line
 

@@ -62,7 +62,10 @@ def diagnose(
     env = os.environ if env is None else env
     try:
         config = Config.load(env=env)
-        first = Check("config", "ok", config.source)
+        if "is not read" in config.source:
+            first = Check("config", "warn", config.source, f"move it to {config.config_file}")
+        else:
+            first = Check("config", "ok", config.source)
     except ConfigError as exc:
         config = Config(dirs=user_dirs(env))
         first = Check(

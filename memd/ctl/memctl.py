@@ -412,15 +412,24 @@ def reindex_cmd(
             for line in display.estimate_lines(estimate):
                 click.echo(line)
         return
-    with _errors(ctx):
-        # With --wait the daemon answers when the work is done, however long that takes.
-        result = with_progress(
-            ctx.obj,
-            ref,
-            lambda c: c.reindex(ref, force=force, wait=wait, timeout=None),
-            as_json=as_json,
-            show=wait,
+    try:
+        with _errors(ctx):
+            # With --wait the daemon answers when the work is done, however long that takes.
+            result = with_progress(
+                ctx.obj,
+                ref,
+                lambda c: c.reindex(ref, force=force, wait=wait, timeout=None),
+                as_json=as_json,
+                show=wait,
+            )
+    except KeyboardInterrupt:
+        # Only the waiting stops: the reindex is memd's, and it goes on.
+        click.echo(
+            "\nStopped waiting; memd goes on with the reindex (`memctl status` shows how far "
+            "it is).",
+            err=True,
         )
+        ctx.exit(130)
     if as_json:
         click.echo(json.dumps({"event": "done", **result}, ensure_ascii=False, default=str))
         failed = any(r.get("errors") for r in result.get("workspaces") or [])

@@ -1,0 +1,80 @@
+"""Ctrl-C on `memctl reindex`: only the waiting stops, and memctl says that memd goes on.
+
+A real memd (its embedder slowed, so a rebuild lasts long enough to interrupt) and memctl as a
+process of its own, interrupted with a real SIGINT.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import memd_client
+from memd.embed.base import Kind, Vectors
+from memd.embed.fake import FakeEmbedder
+
+from .daemon_fixture import running_daemon, wait_for
+
+
+class SlowEmbedder(FakeEmbedder):
+    """A FakeEmbedder that takes its time until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = threading.Event()
+
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        if kind == "document":
+            self.go.wait(0.2)
+        return super().embed_batch(texts, kind=kind)
+
+
+def test_ctrl_c_stops_waiting_and_the_rebuild_goes_on(tmp_path: Path) -> None:
+    ws = tmp_path / "agent"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(60):
+        (ws / "memory" / f"topic-{i}.md").write_text(f"# Topic {i}\n\nnote {i} about vega\n")
+    embedder = SlowEmbedder()
+    with running_daemon(embedder=embedder) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+            c.workspace_add(ws, name="agent")
+        memctl = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from memd.ctl.memctl import main; main()",
+                "--socket",
+                str(daemon.socket_path),
+                "reindex",
+                "-w",
+                "agent",
+                "--force",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        with memd_client.connect(daemon.socket_path) as c:
+
+            def waiting() -> bool:  # memctl is connected, and waits for the rebuild
+                status = c.status("agent")
+                progress = status["workspaces"][0].get("progress") or {}
+                return status["daemon"]["connections"] >= 2 and progress.get("kind") == "rebuild"
+
+            wait_for(waiting, "memctl to wait for the rebuild")
+            memctl.send_signal(signal.SIGINT)
+            out, err = memctl.communicate(timeout=60)
+            assert memctl.returncode == 130, err
+            assert "Aborted!" not in err
+            assert "memd goes on with the reindex" in err and "memctl status" in err
+            embedder.go.set()
+            wait_for(
+                lambda: not c.status("agent")["workspaces"][0]["rebuilding"],
+                "the rebuild to finish",
+            )
+            found = c.search("agent", "note 59 vega", wait_ms=5000)
+            assert found["results"] and found["freshness"]["fresh"]
