@@ -121,6 +121,8 @@ class Indexer:
         self._stopping.set()
         self._queue.put(_Job(-1, 0, "stop", Path("/"), Future()))
         self._thread.join(timeout)
+        for ws in self.workspaces.all():  # a wave of requests in flight ends within its timeout
+            ws.syncer.settle(timeout)
         with self._lock:  # none starts once stopping is set
             rebuilds = [s.rebuild for s in self._states.values() if s.rebuild is not None]
         for t in rebuilds:
@@ -533,12 +535,22 @@ class Indexer:
             # An embedder with a step of its own (a remote API: one wave of parallel requests)
             # takes the texts of as many files as the step holds.
             step = ws.syncer.embedder.step_chars if ws.syncer.embedder else 0
+            ws.syncer.wake = self._nudge  # its wave, sent in the background, is back
             try:
-                ws.syncer.embed_pending(max_files=None if step else 1, max_chars=EMBED_STEP_CHARS)
+                ws.syncer.embed_pending(
+                    max_files=None if step else 1,
+                    max_chars=EMBED_STEP_CHARS,
+                    background=bool(step),
+                )
             except Exception as exc:
                 logger.warning("embedding in %s failed: %s", ws.name, exc)
             self._stepped()
             return
+
+    def _nudge(self) -> None:
+        """Wake the writer (a wave of embedding requests is back): a job that does nothing."""
+        if not self._stopping.is_set():
+            self._queue.put(_Job(RECONCILE, next(self._seq), "skip", Path("/"), Future()))
 
     def _join_rebuild(self, ws: Workspace, future: Future[SyncReport]) -> bool:
         """Make ``future`` wait for the rebuild of ``ws`` that runs, if one does."""

@@ -196,3 +196,45 @@ def test_a_writer_step_stores_a_few_files_and_leaves_the_rest_in_the_cache(
         cache.close()
         index.close()
         remote.close()
+
+
+def test_an_append_does_not_wait_for_a_wave_in_flight(
+    server: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer sends its wave of requests from a thread of its own: an append made while
+    the provider sits on the wave is written and indexed (by keyword) at once."""
+    release, arrived = threading.Event(), threading.Event()
+
+    def held(seen: Seen) -> Reply:
+        if any(t.startswith("# ") for t in seen.body["input"]):  # the notes' chunks
+            arrived.set()
+            release.wait(30)
+        return reply(seen)
+
+    server.responder = held
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    ws = tmp_path / "notes"
+    daily_notes(ws, files=5)
+    appended = threading.Event()
+    try:
+        with running_daemon(openai_config(server), choose_embedder=True) as daemon:
+            with memd_client.connect(daemon.socket_path, timeout=60) as c:
+                c.workspace_add(ws, name="notes")
+                wait_for(arrived.is_set, "the first wave in flight")
+
+                def append() -> None:
+                    with memd_client.connect(daemon.socket_path, timeout=60) as other:
+                        other.append("notes", "the deploy moved to friday")
+                        appended.set()
+
+                writer = threading.Thread(target=append)
+                writer.start()
+                # Before, the writer waited for the wave: the append only once it was back.
+                assert appended.wait(15), "the append waited for the wave"
+                found = c.search("notes", "deploy moved friday", mode="keyword")
+                assert found["results"][0]["snippet"].startswith("the deploy moved to friday")
+                release.set()
+                writer.join(30)
+                wait_for(lambda: indexed(c, "notes"), "every file's vectors", timeout=60)
+    finally:
+        release.set()

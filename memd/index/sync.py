@@ -64,6 +64,9 @@ REBUILD_STEP_CHARS = 16 * 1024
 # Files one step stores from the cache after a wave of requests (a transaction each): a wave
 # brings the texts of a hundred files, and an append should not wait for all of them.
 WAVE_STORES = 16
+# How long the writer leaves an index alone while its wave is in flight, at most: the wave
+# wakes it when it is back.
+WAVE_REST_S = 5.0
 
 
 def decode_memory(data: bytes) -> str:
@@ -98,7 +101,10 @@ class Syncer:
         self.cache = cache
         # The provider's Batch API, for a first index or a rebuild large enough (memd/embed/batch.py).
         self.batches = batches
-        self.rest_until = 0.0  # time.monotonic() before which only a batch can bring vectors
+        self.rest_until = 0.0  # time.monotonic() before which only a batch or wave brings vectors
+        self._background: _Wave | None = None  # the writer's wave of requests in flight
+        # Called when a wave sent in the background is back (the writer sets it).
+        self.wake: Callable[[], None] = lambda: None
         self.extra_paths = extra_paths
         self.transcripts = (
             Transcripts(sessions_dir, sessions or SessionsConfig(), redact_text=config.redact)
@@ -245,13 +251,20 @@ class Syncer:
         return report
 
     def embed_pending(
-        self, max_files: int | None = None, *, max_chars: int | None = None
+        self,
+        max_files: int | None = None,
+        *,
+        max_chars: int | None = None,
+        background: bool = False,
     ) -> SyncReport:
         """Embed the chunks still lacking vectors in the live index (at most ``max_files``).
 
         With ``max_chars`` (and an embedding cache) a call embeds about that much new text and
         returns: a file's vectors are stored once all its texts are in the cache, so a long
-        file is embedded over several calls and its writer is free between them.
+        file is embedded over several calls and its writer is free between them. With
+        ``background`` (the writer), a wave of requests to a remote provider runs on a thread
+        of its own: the call stores what the cache holds and returns, and ``wake`` is called
+        when the wave is back.
         """
         report = SyncReport()
         with self.lock, translate_errors("embed"):
@@ -261,7 +274,13 @@ class Syncer:
             act = self.backlog if self.backlog is not None else Activity("embed")
             self.backlog = act
             self._embed_pending(
-                writer, report, None, max_files=max_files, max_chars=max_chars, act=act
+                writer,
+                report,
+                None,
+                max_files=max_files,
+                max_chars=max_chars,
+                act=act,
+                background=background,
             )
             report.pending_files = writer.pending_count()
             self.index.tend_sketch()
@@ -843,6 +862,7 @@ class Syncer:
         max_files: int | None = None,
         max_chars: int | None = None,
         act: Activity | None = None,
+        background: bool = False,
     ) -> None:
         e = self.embedder
         if e is None or not self._same_vectors(store) or self.backing_off():
@@ -872,7 +892,10 @@ class Syncer:
                 if waved and n == 1:
                     budget = max(max_chars or 0, e.step_chars)
                     try:
-                        gathered = self._wave(e, store, paths, report, budget, held)
+                        if background:
+                            gathered = self._wave_behind(e, store, paths, report, budget, held)
+                        else:
+                            gathered = self._wave(e, store, paths, report, budget, held)
                     except _BadTexts as exc:
                         unusable = exc  # the files without those texts are stored all the same
                 hits = SyncReport() if path in gathered else report
@@ -891,6 +914,11 @@ class Syncer:
                 if held and not held.isdisjoint(self._texts_of(todo)):
                     self._rest(report, n == len(paths))
                     continue  # a batch brings its vectors; the files after it go on
+                if self._wave_running():
+                    # The rest comes with the wave in flight: nothing to do until it is back.
+                    self.rest_until = time.monotonic() + WAVE_REST_S
+                    if not self._wave_running():
+                        self.rest_until = 0.0
                 return  # the budget ran out: the texts embedded so far wait in the cache
             try:
                 with atomic(store.conn):
@@ -928,7 +956,58 @@ class Syncer:
         """Embed (into the cache) the missing texts of the first of ``paths``, in order, up to
         about ``budget`` characters of them: one call, which the embedder sends as parallel
         requests; return the paths it looked at. The loop after it stores the files whose
-        texts are all there. Texts the cache holds are only looked up, not read."""
+        texts are all there."""
+        items, seen = self._gather(e, store, paths, report, budget, held)
+        if items:
+            self._embed_texts(e, items, report)
+        return seen
+
+    def _wave_behind(
+        self,
+        e: Embedder,
+        store: Store,
+        paths: list[str],
+        report: SyncReport,
+        budget: int,
+        held: set[str],
+    ) -> set[str]:
+        """:meth:`_wave` on a thread of its own, so the writer does not wait for the provider:
+        the texts are gathered here (the writer's reads), sent there. A wave still in flight
+        is left alone; one that failed raises its error here, for the file after it."""
+        wave = self._background
+        if wave is not None:
+            if wave.is_alive():
+                return set()
+            self._background = None
+            if wave.error is not None:
+                raise wave.error
+        items, seen = self._gather(e, store, paths, report, budget, held)
+        if items:
+            self._background = _Wave(self, e, items)
+        return seen
+
+    def _wave_running(self) -> bool:
+        wave = self._background
+        return wave is not None and wave.is_alive()
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait for the wave in flight, if any (memd stopping)."""
+        wave = self._background
+        if wave is not None:
+            wave.join(timeout)
+
+    def _gather(
+        self,
+        e: Embedder,
+        store: Store,
+        paths: list[str],
+        report: SyncReport,
+        budget: int,
+        held: set[str],
+    ) -> tuple[list[tuple[str, str]], set[str]]:
+        """(hash, text) of the missing texts of the first of ``paths``, in order, up to about
+        ``budget`` characters; and the paths looked at. Texts the cache holds are only looked
+        up, not read."""
         assert self.cache is not None
         missing: dict[str, str] = {}
         size = 0
@@ -952,8 +1031,7 @@ class Syncer:
         items = list(missing.items())
         if items:
             items = items[: len(next(document_jobs([t for _, t in items], budget)))]
-            self._embed_texts(e, items, report)
-        return seen
+        return items, seen
 
     def _chunk_vectors(
         self,
@@ -1014,6 +1092,26 @@ class Syncer:
                 except BadVectors as exc:
                     raise _BadTexts(str(exc), {batch[i][0] for i in bad}) from None
         return by_hash
+
+
+class _Wave(threading.Thread):
+    """One wave of requests sent for the writer (``Syncer._wave_behind``); when it is back,
+    the writer is woken (``Syncer.wake``) to store the files it completed."""
+
+    def __init__(self, syncer: Syncer, e: Embedder, items: list[tuple[str, str]]) -> None:
+        super().__init__(name="memd-wave", daemon=True)
+        self.syncer, self.e, self.items = syncer, e, items
+        self.error: Exception | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.syncer._embed_texts(self.e, self.items, SyncReport())
+        except Exception as exc:  # raised in the writer, at its next step
+            self.error = exc
+        finally:
+            self.syncer.rest_until = 0.0
+            self.syncer.wake()
 
 
 class _BadTexts(BadVectors):
