@@ -218,3 +218,25 @@ def test_doctor_says_what_the_running_daemon_serves(
     model = checks["model"]
     assert model.status == "warn" and "searches by keyword only" in model.detail
     assert f"this shell would use {gguf}" in model.detail and "restart memd" in (model.fix or "")
+
+
+@needs_llama
+@pytest.mark.skipif(not REAL_MODEL.is_file(), reason=f"no GGUF model at {REAL_MODEL}")
+def test_offline_a_model_pulled_from_a_file_is_taken_without_a_restart(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MEMD_EMBEDDING_PULL_URI", f"http://127.0.0.1:{port}/model.gguf")
+    with running_daemon(Config.load(), choose_embedder=True) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+            c.workspace_add(ws, name="agent")
+            wait_for(lambda: c.status()["daemon"]["model_pull"]["state"] == "failed", "offline")
+            code, out = _memctl("model", "pull", str(REAL_MODEL))
+            assert code == 0, out
+            wait_for(
+                lambda: c.status()["daemon"]["embedder"]["active"] == "local",
+                "the model copied in to be in service",
+                timeout=120,
+            )

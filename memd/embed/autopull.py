@@ -5,7 +5,8 @@ memd serves keyword search meanwhile; status shows how far the download is. When
 the model is chosen the way a start would choose it (loaded and probed in its worker), and
 ``on_ready`` puts it in service. A failed download (offline, a dropped connection, a server
 error) is said in status with the routes that work without a network, and tried again later
-(RETRY_SECONDS), resuming what arrived; a model that does not load is not tried again.
+(RETRY_SECONDS), resuming what arrived; a model put in the model directory meanwhile (`memctl
+model pull FILE`) is taken instead. A model that does not load is not tried again.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ logger = logging.getLogger(__name__)
 
 RETRY_SECONDS = (5.0, 30.0, 120.0, 600.0, 3600.0)
 """Waits before the next attempt after a failed download; the last one repeats."""
+LOOK_SECONDS = 5.0
+"""How often the model directory is looked at while waiting to try again."""
 
 
 class _Stopped(Exception):
@@ -99,10 +102,14 @@ class ModelPull:
 
     def _run(self) -> None:
         failures = 0
+        models = self.config.dirs.models
         while not self._stop.is_set():
             try:
+                self.path = find_default_model(models)  # put there by hand meanwhile?
+                if self.path is not None:
+                    break
                 self.state, self.next_try = "downloading", None
-                self.path = pull(self.uri, self.config.dirs.models, progress=self._progress)
+                self.path = pull(self.uri, models, progress=self._progress)
                 break
             except _Stopped:
                 self.state = "stopped"
@@ -113,7 +120,10 @@ class ModelPull:
                 self.state, self.error = "failed", str(exc) or type(exc).__name__
                 self.next_try = time.time() + wait
                 logger.warning("the model download failed (again in %d s): %s", wait, self.error)
-                self._stop.wait(wait)
+                while not self._stop.wait(min(LOOK_SECONDS, wait)):
+                    wait -= LOOK_SECONDS
+                    if wait <= 0 or find_default_model(models) is not None:
+                        break
         else:
             self.state = "stopped"
             return

@@ -414,8 +414,8 @@ def _offline(source: ModelSource, exc: object, done: int) -> ProviderUnavailable
     text = str(reason) or type(reason).__name__
     kept = "; the partial file is kept and the next pull resumes" if done else ""
     return ProviderUnavailable(
-        f"cannot download {_display(source.url)}: {text}; are you offline?{kept}. "
-        f"Meanwhile memd searches by keyword; {OFFLINE_ROUTES}"
+        f"cannot download {_display(source.url)}: {text}{kept}; are you offline? Until then "
+        f"memd searches by keyword; {OFFLINE_ROUTES}"
     )
 
 
