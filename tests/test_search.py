@@ -19,6 +19,7 @@ from memd.embed.base import Vectors
 from memd.embed.fake import FakeEmbedder
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
+from memd.index.reads import SearchReads
 from memd.index.sync import Syncer
 from memd.search import SearchOptions, bm25_to_score, keyword_match, search
 from memd.text import mmr_tokens, tokens_among
@@ -346,23 +347,28 @@ def test_migration_counts_words_of_existing_chunks(
 def test_document_frequencies_follow_the_index(
     syncer: Syncer, index: Index, write: WriteFile
 ) -> None:
-    # Frequencies are memoised per reader connection; a write by the indexer must show in
-    # the next search on that same connection, or common-term pruning would use stale counts.
+    # The keyword postings count in memory; without them (FTS5's fts5vocab) frequencies are
+    # memoised per reader connection. Either way a write by the indexer must show in the next
+    # search on that same connection, or common-term pruning would use stale counts.
     write("memory/2026-01-01.md", "The heron waited by the river.\n")
     write("memory/2026-01-02.md", "A quiet day at the desk.\n")
     syncer.sync()
     with index.reader() as store:
-        assert store.reads.doc_freqs(["heron", "river", "otter"]) == (
-            {"heron": 1, "river": 1, "otter": 0},
-            2,
-        )
+        assert store.reads.keywords is not None and store.reads.keywords.ready
+        vocab = SearchReads(store.conn, "none", 0)  # no postings: fts5vocab and the memo
+        for reads in (store.reads, vocab):
+            assert reads.doc_freqs(["heron", "river", "otter"]) == (
+                {"heron": 1, "river": 1, "otter": 0},
+                2,
+            )
         conn = store.conn
     for day in range(3, 6):
         write(f"memory/2026-01-0{day}.md", "The otter swam past the heron.\n")
     syncer.sync()
     with index.reader() as store:
         assert store.conn is conn  # the pooled connection, with its memo
-        assert store.reads.doc_freqs(["heron", "otter"]) == ({"heron": 4, "otter": 3}, 5)
+        for reads in (store.reads, vocab):
+            assert reads.doc_freqs(["heron", "otter"]) == ({"heron": 4, "otter": 3}, 5)
     # "heron" is now in most chunks: it leaves the MATCH while the rarer "river" stays.
     with index.reader() as store:
         match, _ = keyword_match("heron river", store.reads.doc_freqs)
@@ -458,6 +464,8 @@ def test_quiet_time_empties_the_idle_readers_page_caches(
     syncer.sync()
     for _ in range(3):
         search(index, "heron river", opts(mode="keyword"), embedder=None)
+        with index.reader() as store:  # FTS5's ranking (the postings read no FTS pages)
+            SearchReads(store.conn, "none", 0).keyword_candidates('"heron" OR "river"', None, 24)
 
     def cached() -> int:
         with index._pool_lock:

@@ -28,13 +28,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from typing import Any
 
 import apsw
+import numpy as np
 
-__all__ = ["BM25", "top_ranked"]
+from memd.index.termcount import tokenizer
+
+__all__ = ["BM25", "Ranked", "rank_postings", "top_ranked"]
 
 BM25 = "bm25(chunks_fts, 1.0, 1.0, 0.25)"  # body, uni, path: path words count a quarter
-K1 = 1.2  # FTS5's constant (ext/fts5/fts5_aux.c)
+K1, B = 1.2, 0.75  # FTS5's constants (ext/fts5/fts5_aux.c)
+MARGIN = 1e-9  # relative: sums taken in another order differ in the last bits
 # Chosen by replaying the 759 LoCoMo questions over 9,776 chunks with each policy: trying
 # once, with R's bound at least twice the others' (of 0.5 to 3), had the lowest mean, 1.45x
 # faster than the plain query (median 1.75x); growing R a phrase at a time until the bound
@@ -113,7 +118,91 @@ def _idf(docs: int, total: int) -> float:
 
 def _single_tokens(conn: apsw.Connection, terms: list[str]) -> bool:
     """Whether each term is one token to the index's tokenizer (its vocab count is exact)."""
-    tokenizer = conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
+    tok = tokenizer(conn)
     return all(
-        len(list(tokenizer(t.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None))) == 1 for t in terms
+        len(list(tok(t.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None))) == 1 for t in terms
     )
+
+
+# -- the same top k over postings in memory (memd/index/postings.py) ---------------------------
+
+
+def rank_postings(
+    lists: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], float, float]],
+    alive: int,
+    total: float,
+    lengths: np.ndarray[Any, np.dtype[np.float64]],
+    ids: np.ndarray[Any, np.dtype[np.int64]],
+    count: int,
+    k: int,
+) -> Ranked:
+    """The top k of the rows in ``lists`` (each phrase's rows, ascending, their weights in
+    quarters, its largest weight and the length of its shortest row, in the query's order;
+    ``lengths`` and ``ids`` per row, ``count`` rows in all, ``alive`` of them live holding
+    ``total`` tokens) by FTS5's bm25, ties by chunk id: memd/index/postings.py's ranking."""
+    n = float(alive)
+    avgdl = float(total) / n
+    idf = []
+    for rows, _, _, _ in lists:
+        value = math.log((alive - len(rows) + 0.5) / (len(rows) + 0.5))
+        idf.append(value if value > 0.0 else 1e-6)
+
+    def part(i: int, f: Any, d: Any) -> Any:
+        # fts5_aux.c, operation for operation: the same doubles in the same order
+        return idf[i] * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * d / avgdl)))
+
+    bounds = [float(part(i, fmax / 4.0, dmin)) for i, (_, _, fmax, dmin) in enumerate(lists)]
+    order = sorted(range(len(lists)), key=lambda i: -bounds[i])  # the most it can add first
+    partial = np.zeros(count, dtype=np.float64)
+    held = np.zeros(count, dtype=bool)
+    rest = sum(bounds)
+    for taken, i in enumerate(order, 1):
+        rows, weights, _, _ = lists[i]
+        partial[rows] += part(i, weights / 4.0, lengths[rows])
+        held[rows] = True
+        rest -= bounds[i]
+        rest = max(rest, 0.0)
+        candidates = np.flatnonzero(held)
+        if len(candidates) < k and taken < len(order):
+            continue
+        scores = partial[candidates]
+        # the k-th best score so far: no row scores less in the end (parts only add)
+        floor = (
+            np.partition(scores, len(scores) - k)[len(scores) - k]
+            if len(scores) >= k
+            else -math.inf
+        )
+        if taken == len(order) or rest * (1 + MARGIN) < floor:
+            # a row outside scores at most ``rest``, below k rows inside; inside, one that
+            # could not reach the floor with every other phrase's most is out as well
+            keep = candidates[scores + rest * (1 + MARGIN) >= floor - abs(floor) * MARGIN]
+            return _exact(lists, part, keep, lengths, ids, count, k)
+    return []
+
+
+def _exact(
+    lists: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], float, float]],
+    part: Callable[[int, Any, Any], Any],
+    rows: np.ndarray[Any, Any],
+    lengths: np.ndarray[Any, Any],
+    ids: np.ndarray[Any, Any],
+    count: int,
+    k: int,
+) -> Ranked:
+    """Score ``rows`` over every phrase in the query's order and keep the best k. A phrase's
+    part is looked up for each of the rows, or, when it holds fewer rows than four times
+    theirs, computed for all it holds (cheaper than that many binary searches)."""
+    score = np.zeros(count, dtype=np.float64)
+    d = lengths[rows]
+    for i, (held, weights, _, _) in enumerate(lists):
+        if len(held) < 4 * len(rows):
+            score[held] += part(i, weights / 4.0, lengths[held])
+            continue
+        at = np.minimum(np.searchsorted(held, rows), len(held) - 1)
+        there = held[at] == rows
+        if there.any():  # a row without the phrase adds 0.0, as in FTS5
+            score[rows] += part(i, np.where(there, weights[at] / 4.0, 0.0), d)
+    best_scores = score[rows]
+    chunk = ids[rows]
+    best = np.lexsort((chunk, -best_scores))[:k]
+    return [(int(chunk[j]), -float(best_scores[j])) for j in best]

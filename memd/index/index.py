@@ -16,6 +16,7 @@ import apsw
 from memd.atomicfile import fsync_dir
 from memd.index.db import VecSupport, connect, probe_sqlite_vec, translate_errors
 from memd.index.identity import Identity
+from memd.index.keywords import KeywordIndex
 from memd.index.schema import migrate
 from memd.index.sketch import Sketch
 from memd.index.store import Store, VectorStore
@@ -24,6 +25,10 @@ from memd.index.store import Store, VectorStore
 # a machine of a few cores more concurrent readers only queue for the CPU: 64 sessions
 # searching at once share these instead of growing the daemon by a connection each.
 MAX_READERS = max(4, 4 * (os.cpu_count() or 1))
+
+# An index of at most this many chunk ids has its keyword postings built on the writer's thread
+# (a few tenths of a second), so they serve from its first search; a larger one in the background.
+POSTINGS_AT_ONCE = 2000
 
 # A reader process's sketch holds back the trim of the vector log for this long after its last
 # report; past it the log is trimmed without it (it then loads again, memd/index/sketch.py).
@@ -110,6 +115,9 @@ class Index:
         # The vectors of a plain vector store, in memory (memd/index/sketch.py); one per file:
         # a swapped-in file gets a new one.
         self._sketch: Sketch | None = None
+        # The FTS index's terms in memory (memd/index/keywords.py), built after the first sync;
+        # one per file, as the sketch.
+        self._keywords = KeywordIndex(self._connection)
         # Where the sketches of reader processes (memd/readers) stand in the vector log:
         # reader -> (last row applied, when reported). The writer trims no further.
         self._remote: dict[int, tuple[int, float]] = {}
@@ -125,8 +133,10 @@ class Index:
             migrate(self._writer)
 
     def close(self) -> None:
+        self._keywords.close()
         with self._lock.exclusive():
             self._close_all()
+            self._keywords = KeywordIndex(self._connection)  # for a file opened again
 
     def _close_all(self) -> None:
         with self._pool_lock:
@@ -155,13 +165,38 @@ class Index:
         if kind == "vec0" and not self.vec.available:
             kind = "none"  # the vectors are there but unreadable without the extension
         dims = identity.dims if identity else 0
-        return Store(conn, kind, dims, self._sketch_for(dims) if kind == "plain" else None)
+        sketch = self._sketch_for(dims) if kind == "plain" else None
+        return Store(conn, kind, dims, sketch, self._keywords)
 
     def _sketch_for(self, dims: int) -> Sketch:
         with self._pool_lock:
             if self._sketch is None or self._sketch.dims != dims:
                 self._sketch = Sketch(dims)
             return self._sketch
+
+    def tend(self) -> None:
+        """After a sync (the writer's): build the keyword postings if they are not (at once
+        for a small index, else in the background: FTS5 ranks meanwhile), apply the sync's
+        rows to them here rather than in the next search, and drop the log rows they have
+        applied; then the vector sketch."""
+        with self.reader() as store:
+            row = store.conn.execute("SELECT max(id) FROM chunks").fetchone()
+            small = not row or row[0] is None or int(row[0]) <= POSTINGS_AT_ONCE
+        self._keywords.build(background=not small)
+        with self.reader() as store:
+            self._keywords.refresh(store.conn)
+        if self._writer is not None:
+            self._keywords.trim_log(self._writer)
+        self.tend_sketch()
+
+    @property
+    def keywords(self) -> KeywordIndex:
+        return self._keywords
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[apsw.Connection]:
+        with self.reader() as store:
+            yield store.conn
 
     def tend_sketch(self) -> None:
         """After a sync (the writer's): load the vector sketch if it is not yet (so the first
@@ -257,6 +292,7 @@ class Index:
 
     def swap_in(self, temp: Path) -> None:
         """Atomically replace the index file with ``temp`` (a closed, complete database)."""
+        self._keywords.close()  # a build in progress reads the file being replaced
         with self._lock.exclusive():
             self._close_all()
             # With every connection closed SQLite has checkpointed and removed -wal/-shm; if one
@@ -275,6 +311,7 @@ class Index:
             self.epoch += 1
             self.token = uuid.uuid4().hex
             self._sketch = None
+            self._keywords = KeywordIndex(self._connection)
             with self._pool_lock:
                 self._remote.clear()
         self.remove_temp_files()

@@ -16,7 +16,9 @@ import numpy as np
 from memd.embed.base import Vectors
 from memd.index.bm25 import top_ranked
 from memd.index.db import select_in
+from memd.index.keywords import KeywordIndex
 from memd.index.sketch import Sketch, first_pass, stacked
+from memd.index.termcount import tokenizer
 
 __all__ = ["ChunkRow", "SearchReads"]
 
@@ -72,25 +74,30 @@ class SearchReads:
         vector_store: VectorStore,
         dims: int,
         sketch: Sketch | None = None,
+        keywords: KeywordIndex | None = None,
     ) -> None:
         self.conn = conn
         self.vector_store = vector_store
         self.dims = dims
         self.sketch = sketch  # the plain store's vectors in memory (memd/index/sketch.py)
+        self.keywords = keywords  # the FTS index's terms in memory (memd/index/keywords.py)
 
     def doc_freqs(self, terms: list[str]) -> tuple[dict[str, int], int]:
         """How many chunks hold each term (after the index's own stemming), and the chunk count.
 
-        fts5vocab counts a term by walking its whole doclist (0.3 ms for a term in half of
-        10,000 chunks), so the counts are kept per connection until the index changes.
+        The keyword postings count them in memory. Without them, fts5vocab counts a term by
+        walking its whole doclist (0.3 ms for a term in half of 10,000 chunks, 1 to 10 ms at
+        100,000), so its counts are kept per connection until the index changes.
         """
+        if self.keywords is not None and self.keywords.ready:
+            counted = self.keywords.doc_freqs(self.conn, terms)
+            if counted is not None:
+                return counted
         memo = _freq_memo(self.conn)
-        tokenizer = self.conn.fts5_tokenizer("porter", ["unicode61", "remove_diacritics", "2"])
+        tok = tokenizer(self.conn)
         stems: dict[str, str] = {}
         for term in terms:
-            tokens: list[Any] = list(
-                tokenizer(term.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None)
-            )
+            tokens: list[Any] = list(tok(term.encode("utf-8"), apsw.FTS5_TOKENIZE_QUERY, None))
             if tokens:
                 stems[term] = str(tokens[0][2])
         missing = list({stem for stem in stems.values() if stem not in memo.docs})
@@ -138,14 +145,23 @@ class SearchReads:
         self, match: str, sources: Sequence[str] | None, limit: int
     ) -> list[ChunkRow]:
         """Run an FTS5 MATCH expression (phrases OR-ed); rows come best first with their bm25
-        rank. The best rows are found without ranking every match where a bound allows it
-        (memd/index/bm25.py); only they are read from ``chunks``."""
+        rank. The keyword postings rank them in memory (memd/index/keywords.py); without them
+        FTS5 does, without ranking every match where a bound allows it (memd/index/bm25.py).
+        Only the best rows are read from ``chunks``."""
         if sources and self.sources_present() <= set(sources):
             sources = None  # the filter would keep every row: rank only as many as wanted
         inner = limit if not sources else limit * 4
-        ranked = top_ranked(self.conn, match, inner, self.doc_freqs)
+        ranked = None
+        if self.keywords is not None and self.keywords.ready:
+            ranked = self.keywords.top(self.conn, match, inner)
+        found = self.chunks_by_id(dict(ranked)) if ranked is not None else []
+        if ranked is None or len(found) < len(ranked):
+            # not built, a phrase they cannot answer, or a chunk written after this search's
+            # snapshot began (the postings follow the newest): FTS5, in this snapshot
+            ranked = top_ranked(self.conn, match, inner, self.doc_freqs)
+            found = self.chunks_by_id(dict(ranked))
         rank = dict(ranked)
-        rows = [r for r in self.chunks_by_id(rank) if not sources or r.source in sources]
+        rows = [r for r in found if not sources or r.source in sources]
         rows.sort(key=lambda r: (rank[r.id], r.id))
         return [dataclasses.replace(r, score=rank[r.id]) for r in rows[:limit]]
 

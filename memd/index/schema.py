@@ -128,6 +128,16 @@ def m008_file_resume(conn: apsw.Connection) -> None:
     )
 
 
+def m009_fts_log(conn: apsw.Connection) -> None:
+    # Every chunk row inserted or deleted (its FTS row with it), in the same transaction: the
+    # in-memory keyword postings (memd/index/postings.py) follow the file by it, as the sketch
+    # follows vector_log. An index from before starts with an empty log: the postings are built
+    # from the chunks themselves.
+    conn.execute(
+        "CREATE TABLE fts_log (seq INTEGER PRIMARY KEY AUTOINCREMENT, id INTEGER NOT NULL)"
+    )
+
+
 MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     m001_create_tables,
     m002_create_fts,
@@ -137,6 +147,7 @@ MIGRATIONS: list[Callable[[apsw.Connection], None]] = [
     m006_line_vectors,
     m007_vector_log,
     m008_file_resume,
+    m009_fts_log,
 ]
 
 

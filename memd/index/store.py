@@ -17,9 +17,11 @@ import numpy as np
 
 from memd.embed.base import Vectors
 from memd.index.db import atomic
+from memd.index.keywords import KeywordIndex
 from memd.index.reads import ChunkRow, SearchReads, VectorStore
 from memd.index.sketch import Sketch
-from memd.text import fts_body, fts_unigrams, mmr_tokens, word_tokens
+from memd.index.termcount import fts_columns
+from memd.text import mmr_tokens
 
 __all__ = [
     "ChunkKey",
@@ -89,10 +91,6 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _path_words(path: str) -> str:
-    return " ".join(word_tokens(path))
-
-
 class Store:
     """SQL over one open connection. Writes must run inside :func:`atomic`."""
 
@@ -102,11 +100,12 @@ class Store:
         vector_store: VectorStore,
         dims: int,
         sketch: Sketch | None = None,
+        keywords: KeywordIndex | None = None,
     ) -> None:
         self.conn = conn
         self.vector_store = vector_store
         self.dims = dims
-        self.reads = SearchReads(conn, vector_store, dims, sketch)
+        self.reads = SearchReads(conn, vector_store, dims, sketch, keywords)
 
     # -- meta -----------------------------------------------------------------------------------
 
@@ -382,7 +381,6 @@ class Store:
     ) -> int:
         """Insert new chunk rows with their FTS rows (and vectors, when given); return how
         many still lack vectors."""
-        path_words = _path_words(path)
         pending = 0
         for chunk in chunks:
             embedded = chunk.vector is not None and self.vector_store != "none"
@@ -406,8 +404,9 @@ class Store:
             chunk_id = int(row[0])
             self.conn.execute(
                 "INSERT INTO chunks_fts (rowid, body, uni, path) VALUES (?, ?, ?, ?)",
-                (chunk_id, fts_body(chunk.text), fts_unigrams(chunk.text), path_words),
+                (chunk_id, *fts_columns(path, chunk.text)),
             )
+            self.conn.execute("INSERT INTO fts_log (id) VALUES (?)", (chunk_id,))
             if embedded:
                 assert chunk.vector is not None
                 self._insert_vector(chunk_id, chunk.vector, chunk.lines)
@@ -432,6 +431,7 @@ class Store:
         """Delete chunk rows with their FTS entries and vectors."""
         if ids:
             self.conn.executemany("DELETE FROM chunks_fts WHERE rowid = ?", [(i,) for i in ids])
+            self.conn.executemany("INSERT INTO fts_log (id) VALUES (?)", [(i,) for i in ids])
             self._delete_vectors(ids)
             self.conn.executemany("DELETE FROM chunks WHERE id = ?", [(i,) for i in ids])
 

@@ -244,7 +244,7 @@ class Syncer:
                 self.activity = None
                 self.filling = False
             report.pending_files = writer.counts(vectors=False)["pending_files"]
-            self.index.tend_sketch()
+            self.index.tend()
         report.seconds = time.monotonic() - started
         if not report.errors:
             self.last_sync = time.time()
