@@ -117,7 +117,7 @@ class Index:
         self._sketch: Sketch | None = None
         # The FTS index's terms in memory (memd/index/keywords.py), built after the first sync;
         # one per file, as the sketch.
-        self._keywords = KeywordIndex(self._connection)
+        self._keywords = KeywordIndex(self._connection, self.path)
         # Where the sketches of reader processes (memd/readers) stand in the vector log:
         # reader -> (last row applied, when reported). The writer trims no further.
         self._remote: dict[int, tuple[int, float]] = {}
@@ -136,7 +136,7 @@ class Index:
         self._keywords.close()
         with self._lock.exclusive():
             self._close_all()
-            self._keywords = KeywordIndex(self._connection)  # for a file opened again
+            self._keywords = KeywordIndex(self._connection, self.path)  # for a file opened again
 
     def _close_all(self) -> None:
         with self._pool_lock:
@@ -311,7 +311,7 @@ class Index:
             self.epoch += 1
             self.token = uuid.uuid4().hex
             self._sketch = None
-            self._keywords = KeywordIndex(self._connection)
+            self._keywords = KeywordIndex(self._connection, self.path)
             with self._pool_lock:
                 self._remote.clear()
         self.remove_temp_files()

@@ -8,8 +8,8 @@ count its rows (1 to 10 ms a common term there), again after every write. A Keyw
 held per index file, like the vector sketch, and shared by the searches over it. A search
 first applies the log rows past the last applied, in the snapshot it reads; the writer does
 the same after each sync and then trims the log. The postings are built on the writer's thread
-for a small index and on a thread of their own for a large one (about a second of CPU per
-10,000 chunks); until then, for a query they cannot answer (a phrase of several tokens), and
+for a small index and in a process of their own for a large one (memd/index/
+postings_process.py; about a second of CPU per 10,000 chunks); until then, for a query they cannot answer (a phrase of several tokens), and
 when the build was refused, FTS5 ranks (memd/index/reads.py chooses).
 """
 
@@ -21,6 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import apsw
 
@@ -28,6 +29,7 @@ from memd.heap import release_memory
 from memd.index.bm25 import Ranked, rank_postings
 from memd.index.db import atomic
 from memd.index.postings import LOG_TRIMMED_KEY, Mismatch, Postings, Stopped, trimmed
+from memd.index.postings_process import build_elsewhere
 from memd.index.termcount import tokenizer
 
 __all__ = ["KeywordIndex"]
@@ -41,8 +43,9 @@ PHRASE = re.compile(r'^(?:(uni) : )?"([^"]+)"$')
 class KeywordIndex:
     """The keyword postings of one index file, shared by its readers; see the module doc."""
 
-    def __init__(self, open_reader: Opener) -> None:
-        self._open_reader = open_reader  # a read connection of the file, for a build
+    def __init__(self, open_reader: Opener, path: Path | None = None) -> None:
+        self._open_reader = open_reader  # a read connection of the file
+        self._path = path  # the file, for a build in a process of its own
         self._lock = threading.Lock()
         self._state: Postings | None = None
         self._thread: threading.Thread | None = None
@@ -72,11 +75,11 @@ class KeywordIndex:
                 return
             if background:
                 self._thread = threading.Thread(
-                    target=self._build_thread, name="memd-postings", daemon=True
+                    target=self._build_thread, args=(True,), name="memd-postings", daemon=True
                 )
                 self._thread.start()
                 return
-        self._build_thread()
+        self._build_thread(False)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for a build that runs; whether the postings are ready."""
@@ -92,12 +95,18 @@ class KeywordIndex:
         if thread is not None:
             thread.join()
 
-    def _build_thread(self) -> None:
+    def _build_thread(self, elsewhere: bool) -> None:
+        """Build here, or (``elsewhere``, with the file's path) in a process of its own."""
         t0 = time.monotonic()
         try:
-            with self._open_reader() as conn:
-                state = Postings.build(conn, self._stop)
-                self._catch_up(conn, state)
+            if elsewhere and self._path is not None:
+                state = build_elsewhere(self._path, self._stop)
+                with self._open_reader() as conn:
+                    self._catch_up(conn, state)
+            else:
+                with self._open_reader() as conn:
+                    state = Postings.build(conn, self._stop)
+                    self._catch_up(conn, state)
         except Stopped:
             return
         except Mismatch as exc:
@@ -105,6 +114,8 @@ class KeywordIndex:
             logger.error("keyword postings not used, FTS5 ranks instead: %s", exc)
             return
         except Exception:
+            if self._stop.is_set():
+                return  # the build process was stopped with its index
             logger.exception("keyword postings could not be built; FTS5 ranks instead")
             return
         with self._lock:

@@ -218,6 +218,39 @@ class Postings:
             self.add([i for i, _, _ in rows], counts)
         self.seq = changes[-1][0]
 
+    def arrays(self) -> dict[str, np.ndarray[Any, Any]]:
+        """A fresh build's arrays (no rows added or dropped since), for another process."""
+        n = self.count
+        return {
+            "start": self.start,
+            "rows": self.rows,
+            "weights": self.weights,
+            "fmax": self.fmax,
+            "dmin": self.dmin,
+            "ids": self.ids[:n],
+            "lengths": self.lengths[:n],
+            "uni_keys": self.uni.keys,
+            "uni_weights": self.uni.weights,
+        }
+
+    @classmethod
+    def from_arrays(
+        cls, vocab: list[str], seq: int, arrays: dict[str, np.ndarray[Any, Any]]
+    ) -> Postings:
+        """The build another process made (:meth:`arrays`)."""
+        state = cls({term: i for i, term in enumerate(vocab)}, seq)
+        state.start, state.rows, state.weights = arrays["start"], arrays["rows"], arrays["weights"]
+        state.fmax, state.dmin = arrays["fmax"].copy(), arrays["dmin"].copy()
+        state.uni = _Sorted(arrays["uni_keys"], arrays["uni_weights"])
+        n = len(arrays["ids"])
+        state.grow(n)
+        state.ids[:n], state.lengths[:n] = arrays["ids"], arrays["lengths"]
+        state.count = state.alive = n
+        state.live[:n] = True
+        state.map_rows(state.ids[:n], np.arange(n, dtype=_I32))
+        state.total = float(state.lengths[:n].sum())
+        return state
+
     @classmethod
     def build(cls, conn: apsw.Connection, stop: threading.Event) -> Postings:
         """Count every chunk's terms in one snapshot and lay them out term by term; each term's
