@@ -354,6 +354,6 @@ def test_the_vector_store_line_says_what_is_off() -> None:
     }
     lines = list(status_lines({"workspaces": [ws]}, 0.0))
     assert (
-        "  Vector store: in-memory sketch (sqlite-vec not used: disabled by configuration "
-        "(index.sqlite_vec = false))" in lines
+        "  Vector store: in-memory sketch — sqlite-vec disabled by configuration "
+        "(index.sqlite_vec = false)" in lines
     )

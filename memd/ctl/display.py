@@ -159,7 +159,7 @@ def _vector_line(v: Mapping[str, Any]) -> str:
         line += f" {version}" if kind.startswith("sqlite-vec") else f" (sqlite-vec {version})"
     if v.get("reason") and kind == "plain":
         # why sqlite-vec is not used: the sketch itself is on
-        line += f" (sqlite-vec not used: {v['reason']})"
+        line += f" — sqlite-vec {v['reason']}"
     elif v.get("reason"):
         line += f" — {v['reason']}"
     return line
