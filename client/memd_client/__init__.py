@@ -4,7 +4,7 @@ with memd_client.connect() as c:
     hits = c.search("/home/me/agent", "when is the launch?")["results"]
 
 ``memd_client.aio`` is the asyncio twin; it is imported on first use, so the blocking client
-does not pay for importing asyncio.
+does not pay for importing asyncio (nor for the result types, also imported when first used).
 """
 
 from __future__ import annotations
@@ -35,50 +35,98 @@ from memd_client.errors import (
     UnknownMethod,
     UnknownWorkspace,
 )
-from memd_client.types import (
-    AppendResult,
-    AppliedPromotion,
-    ContextResult,
-    ContextSection,
-    DaemonStatus,
-    DreamingStatus,
-    DreamResult,
-    ExplainedCandidate,
-    FlushPlan,
-    Freshness,
-    GetResult,
-    HelloResult,
-    IdentityStatus,
-    PromoteCandidate,
-    PromoteResult,
-    PromoteThresholds,
-    ProviderStatus,
-    RecallStoreCounts,
-    RecordRecallResult,
-    ReindexReport,
-    ReindexResult,
-    ScoreComponents,
-    SearchHit,
-    SearchResult,
-    SkippedProvider,
-    Started,
-    StatusResult,
-    VectorStoreStatus,
-    WatcherStatus,
-    WorkspaceAddResult,
-    WorkspaceEntry,
-    WorkspaceListResult,
-    WorkspaceRemoveResult,
-    WorkspaceStatus,
-)
 
 if TYPE_CHECKING:
     from memd_client import aio
+    from memd_client.types import (
+        AppendResult,
+        AppliedPromotion,
+        ContextResult,
+        ContextSection,
+        DaemonStatus,
+        DreamingStatus,
+        DreamResult,
+        EmbedderStatus,
+        ExplainedCandidate,
+        FlushPlan,
+        Freshness,
+        GetResult,
+        HelloResult,
+        IdentityStatus,
+        ModelPullStatus,
+        PromoteCandidate,
+        PromoteResult,
+        PromoteThresholds,
+        ProviderStatus,
+        RecallStoreCounts,
+        RecordRecallResult,
+        ReindexReport,
+        ReindexResult,
+        ScoreComponents,
+        SearchHit,
+        SearchResult,
+        SkippedProvider,
+        Started,
+        StatusResult,
+        VectorStoreStatus,
+        WatcherStatus,
+        WorkspaceAddResult,
+        WorkspaceEntry,
+        WorkspaceListResult,
+        WorkspaceRemoveResult,
+        WorkspaceStatus,
+    )
+
+
+# The result types (TypedDicts, for type checkers) are imported when first asked for: a
+# client process has no use for them at run time.
+_TYPE_NAMES = frozenset(
+    {
+        "AppendResult",
+        "AppliedPromotion",
+        "ContextResult",
+        "ContextSection",
+        "DaemonStatus",
+        "DreamingStatus",
+        "EmbedderStatus",
+        "DreamResult",
+        "ExplainedCandidate",
+        "FlushPlan",
+        "Freshness",
+        "GetResult",
+        "HelloResult",
+        "IdentityStatus",
+        "ModelPullStatus",
+        "PromoteCandidate",
+        "PromoteResult",
+        "PromoteThresholds",
+        "ProviderStatus",
+        "RecallStoreCounts",
+        "RecordRecallResult",
+        "ReindexReport",
+        "ReindexResult",
+        "ScoreComponents",
+        "SearchHit",
+        "SearchResult",
+        "SkippedProvider",
+        "Started",
+        "StatusResult",
+        "VectorStoreStatus",
+        "WatcherStatus",
+        "WorkspaceAddResult",
+        "WorkspaceEntry",
+        "WorkspaceListResult",
+        "WorkspaceRemoveResult",
+        "WorkspaceStatus",
+    }
+)
 
 
 def __getattr__(name: str) -> Any:
     if name == "aio":
         return importlib.import_module("memd_client.aio")
+    if name in _TYPE_NAMES:
+        return getattr(importlib.import_module("memd_client.types"), name)
     raise AttributeError(f"module 'memd_client' has no attribute {name!r}")
 
 
@@ -96,6 +144,7 @@ __all__ = [
     "DaemonStatus",
     "DaemonUnavailable",
     "DreamingStatus",
+    "EmbedderStatus",
     "ExplainedCandidate",
     "FlushPlan",
     "Freshness",
@@ -105,6 +154,7 @@ __all__ = [
     "IndexError_",
     "Internal",
     "MemdError",
+    "ModelPullStatus",
     "PathRefused",
     "PromoteCandidate",
     "DreamResult",

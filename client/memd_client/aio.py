@@ -13,7 +13,6 @@ loop it first connected in.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -21,12 +20,13 @@ from typing import Any
 
 from memd_client.connection import CHUNK, Broken, DaemonNotRunning, DaemonUnavailable, Wire
 from memd_client.errors import Timeout
+from memd_client.log import get_logger
 from memd_client.methods import AsyncMethods
 from memd_client.protocol import Response
 
 __all__ = ["AsyncClient", "connect"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 
 class AsyncClient(Wire, AsyncMethods):

@@ -16,7 +16,6 @@ DaemonNotRunning, as it did before. Stdlib only, like the rest of the client.
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
 import re
 import socket
@@ -25,6 +24,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from memd_client.log import get_logger
 from memd_client.paths import user_dirs
 
 __all__ = [
@@ -36,7 +36,7 @@ __all__ = [
     "memd_command",
 ]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 AUTOSTART_ENV = "MEMD_AUTOSTART"
 STARTED_BY_ENV = "MEMD_STARTED_BY"

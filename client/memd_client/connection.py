@@ -9,7 +9,6 @@ check, reply decoding, and what a failed connect means.
 from __future__ import annotations
 
 import errno
-import logging
 import select
 import socket
 import threading
@@ -21,6 +20,7 @@ from typing import Any
 
 from memd_client.autostart import enabled as _autostart_default
 from memd_client.errors import Code, MemdError, Timeout, TooLarge, from_wire
+from memd_client.log import get_logger
 from memd_client.methods import BlockingMethods, WorkspaceRef
 from memd_client.paths import socket_path
 from memd_client.protocol import (
@@ -37,7 +37,7 @@ from memd_client.protocol import (
 
 __all__ = ["Client", "DaemonNotRunning", "DaemonUnavailable", "WorkspaceRef", "connect"]
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)
 
 CHUNK = 1 << 16
 _HINT = "start it with `memd run` or `memctl service install`"

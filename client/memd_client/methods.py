@@ -10,32 +10,42 @@ Over 400 lines: one builder per protocol method (15), each with its parameters d
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Concatenate, Generic, ParamSpec, Self, TypeVar, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    NamedTuple,
+    ParamSpec,
+    Self,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from memd_client.errors import Internal, Timeout, UnknownWorkspace
 from memd_client.protocol import PROTOCOL_VERSION
-from memd_client.types import (
-    AppendResult,
-    ContextResult,
-    DreamResult,
-    FlushPlan,
-    GetResult,
-    HelloResult,
-    PromoteResult,
-    RecordRecallResult,
-    ReindexResult,
-    SearchResult,
-    StatusResult,
-    WorkspaceAddResult,
-    WorkspaceListResult,
-    WorkspaceRemoveResult,
-)
+
+if TYPE_CHECKING:  # annotations only: the result maps are plain dicts at run time
+    from memd_client.types import (
+        AppendResult,
+        ContextResult,
+        DreamResult,
+        FlushPlan,
+        GetResult,
+        HelloResult,
+        PromoteResult,
+        RecordRecallResult,
+        ReindexResult,
+        SearchResult,
+        StatusResult,
+        WorkspaceAddResult,
+        WorkspaceListResult,
+        WorkspaceRemoveResult,
+    )
 
 __all__ = ["AsyncMethods", "BlockingMethods", "Call", "Methods", "WorkspaceRef"]
 
@@ -71,11 +81,10 @@ def _as_directory(call: Call[T]) -> Call[T] | None:
     ref = call.params.get("workspace")
     if not isinstance(ref, str) or _is_path(ref) or not os.path.isdir(ref):
         return None
-    return dataclasses.replace(call, params={**call.params, "workspace": _absolute(ref)})
+    return call._replace(params={**call.params, "workspace": _absolute(ref)})
 
 
-@dataclass(frozen=True)
-class Call(Generic[T]):
+class Call(NamedTuple, Generic[T]):
     """One request of a typed method: what to send, the client-side timeout, and what a
     Timeout should add (an append says how to retry it without writing twice)."""
 
@@ -236,6 +245,8 @@ class Methods(ABC):
         log is refused (PathRefused names the rule). ``flush`` marks a pre-compaction flush:
         its silent reply (``NO_REPLY``) writes nothing and returns ``written: False``.
         """
+        import uuid  # only appends need it: every memctl process would pay for it otherwise
+
         key = idempotency_key or uuid.uuid4().hex
         params: dict[str, Any] = {
             "workspace": _workspace(workspace),

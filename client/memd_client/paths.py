@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = ["Dirs", "socket_path", "user_dirs"]
 
 
-@dataclass(frozen=True)
-class Dirs:
+class Dirs(NamedTuple):
     """The four per-user directories; ``runtime_private`` is False when no XDG runtime dir exists."""
 
     config: Path

@@ -10,8 +10,7 @@ not be used again).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -49,24 +48,23 @@ class ProtocolError(ValueError):
     """A message that is not valid msgpack-RPC; the connection that sent it is closed."""
 
 
-@dataclass(frozen=True)
-class Request:
+# Named tuples, not dataclasses: importing dataclasses (and with it inspect) costs a client
+# process more than the rest of the protocol.
+class Request(NamedTuple):
     msgid: int
     method: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Response:
+class Response(NamedTuple):
     msgid: int
     error: list[Any] | None
     result: Any
 
 
-@dataclass(frozen=True)
-class Notification:
+class Notification(NamedTuple):
     method: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any]
 
 
 def make_unpacker(max_bytes: int = MAX_REQUEST_BYTES) -> msgpack.Unpacker:

@@ -24,6 +24,7 @@ __all__ = [
     "DaemonStatus",
     "DreamResult",
     "DreamingStatus",
+    "EmbedderStatus",
     "EmbeddingCosts",
     "ExplainedCandidate",
     "FlushPlan",
@@ -31,6 +32,7 @@ __all__ = [
     "GetResult",
     "HelloResult",
     "IdentityStatus",
+    "ModelPullStatus",
     "PromoteCandidate",
     "PromoteResult",
     "PromoteThresholds",
@@ -83,6 +85,30 @@ class Started(TypedDict):
     idle_exit_s: NotRequired[float]  # a socket-activated memd stops after this long idle
 
 
+class EmbedderStatus(TypedDict):
+    """What the daemon embeds with, whatever the workspaces: ``active`` "none" is keyword-only,
+    and ``reason`` then says why."""
+
+    active: str
+    model: str
+    dims: int
+    reason: NotRequired[str]
+
+
+class ModelPullStatus(TypedDict):
+    """The model the daemon fetches in the background (``[embedding] auto_pull``): ``state``
+    is "downloading", "loading", "done", "failed" (``next_try``: when it is tried again) or
+    "stopped"; ``done`` of ``total`` bytes."""
+
+    uri: str
+    state: str
+    done: int
+    total: int | None
+    error: str | None
+    path: str | None
+    next_try: float | None
+
+
 class HelloResult(TypedDict):
     protocol: int
     server: str
@@ -123,6 +149,8 @@ class DaemonStatus(TypedDict):
     connections: int
     socket: str
     started: NotRequired[Started]
+    embedder: NotRequired[EmbedderStatus]
+    model_pull: NotRequired[ModelPullStatus | None]
     missing_workspaces: NotRequired[list[str]]
 
 

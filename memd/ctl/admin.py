@@ -17,15 +17,15 @@ import click
 
 from memd.ctl import display
 from memd.ctl.common import (
-    EXIT_NOT_RUNNING,
     _errors,
     _json_option,
     _print_json,
     _ref_or_cwd,
-    _Settings,
     _style,
     _workspace_option,
 )
+from memd.ctl.reads import EXIT_NOT_RUNNING
+from memd.ctl.reads import Settings as _Settings
 from memd.private import private_directory
 from memd_client.errors import MemdError
 from memd_client.paths import user_dirs

@@ -1,4 +1,8 @@
-"""What the memctl modules share: settings, workspace references, options and error handling."""
+"""What the memctl modules share: settings, workspace references, options and error handling.
+
+The parts that need no click (settings, references, printing, the exit codes) live in
+memd.ctl.reads, which memctl's quick path uses without importing click.
+"""
 
 from __future__ import annotations
 
@@ -8,41 +12,25 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from memd.ctl import display
-from memd_client.connection import Client, DaemonNotRunning, DaemonUnavailable
+from memd.ctl.reads import Settings as _Settings
+from memd.ctl.reads import (
+    error_json,
+    failure,
+    print_json,
+    ref,
+    ref_or_all,
+    ref_or_cwd,
+)
+from memd_client.connection import Client
 from memd_client.errors import MemdError
 
-# Scripts can tell "memd is down" (start it) from "the call failed" (exit 1) and usage (exit 2).
-EXIT_NOT_RUNNING = 3
-
-
-@dataclass(frozen=True)
-class _Settings:
-    socket: Path | None
-    timeout: float
-    identity: dict[str, str] | None = None
-
-
-def _ref(value: str) -> str:
-    """A workspace as sent: a registered name as is, anything path-like made absolute."""
-    if os.sep in value or value.startswith((".", "~")):
-        return os.path.abspath(os.path.expanduser(value))
-    return value
-
-
-def _ref_or_cwd(value: str | None) -> str:
-    return _ref(value) if value is not None else os.getcwd()
-
-
-def _ref_or_all(value: str | None) -> str | None:
-    return _ref(value) if value is not None else None
-
+_ref, _ref_or_cwd, _ref_or_all = ref, ref_or_cwd, ref_or_all
+_print_json, _error_json = print_json, error_json
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -62,30 +50,14 @@ def _workspace_option(*, all_by_default: bool = False) -> Callable[[_F], _F]:
 _json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 
 
-def _error_json(exc: MemdError) -> dict[str, Any]:
-    """An error as --json prints it: the wire code, its name, the message."""
-    kind = "NOT_RUNNING" if isinstance(exc, DaemonNotRunning) else exc.code.name
-    if isinstance(exc, DaemonUnavailable) and not isinstance(exc, DaemonNotRunning):
-        kind = "UNAVAILABLE"
-    return {"error": {"code": int(exc.code), "kind": kind, "message": str(exc)}}
-
-
 @contextmanager
 def _errors(ctx: click.Context) -> Iterator[None]:
     """Daemon errors as exit codes (3: not running, 1: the call failed); under --json the
     error is also printed as JSON on stdout, so a script reads one format."""
-    as_json = bool(ctx.params.get("as_json"))
     try:
         yield
     except MemdError as exc:
-        code = EXIT_NOT_RUNNING if isinstance(exc, DaemonNotRunning) else 1
-        if as_json:
-            _print_json(_error_json(exc))
-            ctx.exit(code)
-        if isinstance(exc, DaemonNotRunning):
-            click.echo(f"Error: {exc}", err=True)
-            ctx.exit(code)
-        raise click.ClickException(str(exc)) from None
+        ctx.exit(failure(exc, as_json=bool(ctx.params.get("as_json"))))
 
 
 @contextmanager
@@ -151,12 +123,8 @@ def with_progress(
 
 
 def _style(text: str, colour: str) -> str:
-    """``text`` in ``colour``: click.echo drops it when stdout is not a TTY, and it is never
-    added when NO_COLOR is set (https://no-color.org)."""
+    """``text`` in ``colour``: click.echo drops it when stdout is not a TTY (unless told to
+    colour), and it is never added when NO_COLOR is set (https://no-color.org)."""
     if os.environ.get("NO_COLOR"):
         return text
     return click.style(text, fg=colour)
-
-
-def _print_json(value: Any) -> None:
-    click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=str))

@@ -13,47 +13,31 @@ import importlib
 import json
 import os
 import sys
-import time
 from pathlib import Path
-from typing import TypeVar
 
 import click
 
 from memd import __version__
-from memd.ctl import display
+from memd.ctl import display, reads
 from memd.ctl.common import (
-    EXIT_NOT_RUNNING,
     _client,
     _errors,
     _json_option,
     _print_json,
     _ref_or_all,
     _ref_or_cwd,
-    _Settings,
     _style,
     _workspace_option,
     with_progress,
 )
+from memd.ctl.reads import EXIT_NOT_RUNNING
+from memd.ctl.reads import Settings as _Settings
 from memd.private import keep_private
 
 __all__ = ["EXIT_NOT_RUNNING", "cli", "main"]
 
 
-T = TypeVar("T")
-
-
-def _shown(value: T) -> T:
-    """What memory files say, with control characters escaped when stdout is a terminal
-    (memctl's own colours are added after this, so they survive)."""
-    if not sys.stdout.isatty():
-        return value
-    if isinstance(value, str):
-        return display.terminal_safe(value)  # type: ignore[return-value]
-    if isinstance(value, dict):
-        return {k: _shown(v) for k, v in value.items()}  # type: ignore[return-value]
-    if isinstance(value, list):
-        return [_shown(v) for v in value]  # type: ignore[return-value]
-    return value
+_shown = reads.shown
 
 
 # The commands defined elsewhere, imported when one of them runs: `memctl search` loads the
@@ -146,13 +130,7 @@ def status_cmd(ctx: click.Context, workspace: str | None, as_json: bool) -> None
 
     Example: memctl status -w ~/agent
     """
-    with _client(ctx) as c:
-        result = c.status(_ref_or_all(workspace))
-    if as_json:
-        _print_json(result)
-        return
-    for line in display.status_lines(_shown(result), time.time(), _style):
-        click.echo(line)
+    ctx.exit(reads.status(ctx.obj, workspace, as_json=as_json, echo=click.echo, style=_style))
 
 
 @cli.command("search")
@@ -197,26 +175,18 @@ def search_cmd(
 
     Example: memctl search "what did we decide about the API?" -w ~/agent -n 5
     """
-    ref = _ref_or_cwd(workspace)
-    with _client(ctx) as c:
-        result = c.search(
-            ref,
-            query,
-            max_results=max_results,
-            min_score=min_score,
-            mode=mode,
-            wait_ms=wait_ms,
-            sources=sources,
+    options = {
+        "max_results": max_results,
+        "min_score": min_score,
+        "mode": mode,
+        "wait_ms": wait_ms,
+        "sources": sources,
+    }
+    ctx.exit(
+        reads.search(
+            ctx.obj, workspace, query, options, as_json=as_json, echo=click.echo, style=_style
         )
-    if as_json:
-        keys = ("results", "freshness", "provider", "model", "mode", "note")
-        _print_json({k: result.get(k) for k in keys})
-        return
-    result = _shown(result)
-    for line in display.search_notes(result):
-        click.echo(line, err=True)
-    for line in display.search_lines(result, _style):
-        click.echo(line)
+    )
 
 
 @cli.command("get")
@@ -238,20 +208,17 @@ def get_cmd(
 
     Example: memctl get memory/2026-03-01.md -w ~/agent --from 10 --lines 20
     """
-    ref = _ref_or_cwd(workspace)
-    with _client(ctx) as c:
-        result = c.get(ref, path, from_line=from_line, lines=lines)
-    if as_json:
-        _print_json(result)
-        if result.get("missing"):
-            ctx.exit(1)  # as in text mode: a script need not parse the reply to know
-        return
-    if result.get("missing"):
-        raise click.ClickException(f"{path} does not exist in the workspace")
-    text = _shown(str(result.get("text") or ""))
-    click.echo(text, nl=bool(text) and not text.endswith("\n"))
-    if result.get("truncated") and result.get("next_from"):
-        click.echo(f"(more: memctl get {path} --from {result['next_from']})", err=True)
+    ctx.exit(
+        reads.get(
+            ctx.obj,
+            workspace,
+            path,
+            from_line=from_line,
+            lines=lines,
+            as_json=as_json,
+            echo=click.echo,
+        )
+    )
 
 
 @cli.command("append")
