@@ -5,8 +5,11 @@ of the daemon does not write twice either (AppendKeys)."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
+import logging
 import os
 import signal
 import threading
@@ -20,6 +23,8 @@ from typing import Any
 
 from memd.atomicfile import fsync, write_atomic
 from memd_client.errors import BadRequest
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["AppendKeys", "KeyRecord", "Once", "crash_point", "landed"]
 
@@ -183,10 +188,17 @@ class AppendKeys:
             return  # kept in memory only
         if self._lines > 2 * len(self._records) + self.JOURNAL_SLACK:
             self._rewrite()
-        os.write(self._fd, line)
+        end = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            if os.write(self._fd, line) != len(line):
+                raise OSError(errno.ENOSPC, "short write")
+            if durable:
+                fsync(self._fd)
+        except OSError:
+            with contextlib.suppress(OSError):  # no half line for the next one to follow
+                os.ftruncate(self._fd, end)
+            raise
         self._lines += 1
-        if durable:
-            fsync(self._fd)
 
     def _expire(self) -> None:
         horizon = self.clock() - self.seconds
@@ -247,7 +259,15 @@ class AppendKeys:
             self._records.pop(kid, None)
             self._records[kid] = record
             self._expire()
-            self._write(self._intent_line(kid, record), durable=True)
+            try:
+                self._write(self._intent_line(kid, record), durable=True)
+            except OSError as exc:
+                # The text still goes to the user's file (on its own disk): only a retry after
+                # a crash could write it twice. The key holds while this daemon runs.
+                logger.warning(
+                    "could not record an append's idempotency key (%s): it holds until a restart",
+                    exc.strerror or exc,
+                )
 
     def done(self, root: Path, key: str, result: dict[str, Any]) -> None:
         """Record where the text of ``key`` landed (no fsync: a lost line is found again in
@@ -259,7 +279,10 @@ class AppendKeys:
             if record is None:
                 return
             record.result = kept
-            self._write(self._result_line(kid, kept, record.at), durable=False)
+            try:
+                self._write(self._result_line(kid, kept, record.at), durable=False)
+            except OSError as exc:  # a retry finds the text in the file instead
+                logger.warning("could not record where an append landed: %s", exc)
 
     def close(self) -> None:
         with self._lock:
