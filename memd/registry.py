@@ -1,6 +1,9 @@
 """The workspaces memd serves: their records, their open indexes, and the registry file.
 
 The read service and the writer both find workspaces here; neither owns them.
+
+Over 400 lines: the registry file's format, its validation and the workspaces' life share
+one lock.
 """
 
 from __future__ import annotations

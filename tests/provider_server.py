@@ -229,6 +229,7 @@ def _multipart(content_type: str, raw: bytes) -> dict[str, Any]:
         if filename is not None:
             fields[str(name)] = (filename, payload)
         else:
+            assert isinstance(payload, bytes)
             fields[str(name)] = payload.decode("utf-8")
     return fields
 
@@ -347,7 +348,8 @@ class BatchApi:
             if self.fail_with == "failed":
                 batch["errors"] = {"object": "list", "data": [{"message": "the batch failed"}]}
             return
-        out, errors = [], []
+        out: list[str] = []
+        errors: list[str] = []
         for n, line in enumerate(self.files[batch["input_file_id"]][1].splitlines()):
             request = json.loads(line)
             seen = Seen(request["url"], {}, request["body"])

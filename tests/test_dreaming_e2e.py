@@ -173,7 +173,8 @@ def test_memctl_dream_previews_then_writes_and_status_shows_each_phase(tmp_path:
         assert "- Ben is allergic to peanuts. [" in (ws / "MEMORY.md").read_text()
         with memd_client.connect(d.socket_path) as c:
             paths = {h["path"] for h in c.search("agent", "peanuts", mode="keyword")["results"]}
-            assert {"MEMORY.md", "DREAMS.md", "memory/2026-04-01.md"} <= paths
+            # The diary is for people to read and stays out of search (`[index] diary = false`).
+            assert {"MEMORY.md", "memory/2026-04-01.md"} <= paths and "DREAMS.md" not in paths
             runs = c.status("agent")["workspaces"][0]["dreaming"]["last_runs"]
             assert set(runs) == {"light", "rem", "deep"} and runs["deep"]["promoted"] == 1
             with pytest.raises(memd_client.BadRequest, match="phase must be"):

@@ -17,6 +17,8 @@ what went wrong and what to do; when memory itself is unavailable (the daemon is
 the workspace is not registered) its structure also says ``disabled: true``, as OpenClaw's
 tools do. Nothing but the protocol goes to stdout: logging goes to stderr, and the SDK points
 fd 1 at stderr while it serves.
+
+Over 400 lines: three tools, each with its input and output schema; the schemas are most of it.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ memctl workspace add ~/agent --name agent
 memctl search "when is the launch?" -w agent
 memctl get memory/2026-03-01.md -w agent --from 10 --lines 20
 echo "- launch moved to May" | memctl append - -w agent
+
+Over 400 lines: one short click command per subcommand; the heavy ones live in memd/ctl/*.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Bad input costs only its own connection: a malformed or oversized message, or on
 in slower than the frame deadline, closes that connection and nothing else. A client that does
 not read its replies stops being served and is closed (memd/ipc/outbox.py), and a new client
 that finds every slot taken gets the slot of such a client.
+
+Over 400 lines: accepting, peer checks, framing deadlines and slot reuse share one lock and one
+list of connections, and are easier to check together.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Discovery of a workspace's memory files (MEMORY.md, memory/**.md, extra paths), the ignore
-rules shared with the file watcher, and the evergreen/daily/topic/extra classification."""
+rules shared with the file watcher, and the evergreen/daily/topic/extra classification.
+
+Over 400 lines: discovery and the ignore rules must agree with each other and with the
+watcher, so they live in one place.
+"""
 
 from __future__ import annotations
 

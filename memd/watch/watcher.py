@@ -1,5 +1,9 @@
 """Watch one workspace's memory files, report changed paths (debounced), and keep watching alive:
-restart dead observers, and fall back to polling on watch limits or network filesystems."""
+restart dead observers, and fall back to polling on watch limits or network filesystems.
+
+Over 400 lines: the observer, its restarts and the polling fallback hand one debounce
+buffer to each other.
+"""
 
 from __future__ import annotations
 
