@@ -142,6 +142,16 @@ class Outbox:
                 raise Shed("the replies of other clients filled the output budget")
             time.sleep(0.05)
 
+    def stalled(self) -> int:
+        """How many connections have had a reply stuck for the grace or longer."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(
+                1
+                for e in self._open
+                if e.shed is None and e.since is not None and now - e.since >= self.stall_grace
+            )
+
     def shed_stalled(self) -> bool:
         """Close the connection whose reply has been stuck longest (at least the grace), to
         give its slot to a new client; False when no connection is stuck."""
