@@ -28,21 +28,22 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from memd.api import APPEND_KEY_SECONDS, APPEND_KEYS_KEPT, Api
 from memd.config import Config
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.embed.autopull import ModelPull, wanted
 from memd.embed.select import Choice
 from memd.heap import release_memory, trim_heap
-from memd.indexer import RECONCILE, Indexer
+from memd.indexer import RECONCILE, WATCH, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.activation import Activation, inherited_socket
+from memd.ipc.context import Context
+from memd.ipc.methods import Methods
 from memd.ipc.server import prepare_directory
-from memd.once import AppendKeys
+from memd.once import APPEND_KEY_SECONDS, APPEND_KEYS_KEPT, AppendKeys
 from memd.private import make_private, open_private_file, private_directory
 from memd.readers import ReaderPool
-from memd.registry import Workspace, Workspaces, load_registry
+from memd.registry import Workspaces, load_registry
 from memd.service import MemoryService
 from memd.watch import RESCAN_SESSIONS, Watchers
 from memd_client.errors import MemdError
@@ -182,7 +183,7 @@ class Daemon:
         self.ready.set()
         self._release_start_lock()
         if wanted(self.config, parts.service.choice):
-            self.model_pull = parts.api.model_pull = ModelPull(self.config, self._model_ready)
+            self.model_pull = parts.ctx.model_pull = ModelPull(self.config, self._model_ready)
             self.model_pull.start()
         sd_notify("READY=1")
         logger.info(
@@ -311,13 +312,7 @@ class Daemon:
         )
         if service.readers is not None:
             service.readers.resize(new.search.reader_processes)
-        for ws in new.workspaces:
-            try:
-                added = service.registry.add(ws.path, name=ws.name, extra_paths=ws.extra_paths)
-            except MemdError as exc:
-                logger.warning("workspace %s of the configuration not added: %s", ws.path, exc)
-                continue
-            self.parts.watch(added)
+        service.registry.follow(new.workspaces)
         logger.info("configuration reloaded from %s", new.source)
 
     @contextlib.contextmanager
@@ -425,21 +420,16 @@ class Daemon:
         parts.schedule.mark_ran()
         parts.recorder.wait_idle()
         for ws in parts.registry.all():
-            future = parts.api.start_dream(ws)
+            future = parts.methods.dreams.start(ws)
             future.add_done_callback(functools.partial(_log_dream, name=ws.name))
 
     def _open_missing(self, parts: Parts) -> None:
         """A registered workspace whose directory appeared (a drive mounted) is picked up."""
-        if not parts.registry.missing:
-            return
-        for ws in parts.registry.open_missing():
-            logger.info("workspace %s appeared at %s", ws.name, ws.root)
-            parts.watch(ws)
-            parts.indexer.request_sync(ws)
+        parts.registry.appeared()
 
     def _count(self, n: int) -> None:
         if self.parts is not None:
-            self.parts.api.connections = n
+            self.parts.ctx.connections = n
 
 
 def how_started(activation: Activation | None, env: MutableMapping[str, str]) -> dict[str, Any]:
@@ -473,7 +463,7 @@ class _Idle:
         busy = (
             calls != self._calls
             or parts.server.connections > 0
-            or (parts.api.model_pull is not None and parts.api.model_pull.busy)
+            or (parts.ctx.model_pull is not None and parts.ctx.model_pull.busy)
             or any(
                 parts.indexer.pending(ws) or ws.syncer.rebuilding or ws.syncer.has_pending()
                 for ws in parts.registry.all()
@@ -494,7 +484,7 @@ class Parts:
     recorder: RecallRecorder
     schedule: Schedule | None
     watchers: Watchers
-    api: Api
+    methods: Methods
     dispatcher: Dispatcher
     server: Server
     _stack: contextlib.ExitStack
@@ -503,9 +493,9 @@ class Parts:
     def registry(self) -> Workspaces:
         return self.service.registry
 
-    def watch(self, ws: Workspace) -> None:
-        """Watch ``ws``, its changes going to the writer as sync requests."""
-        self.watchers.watch(ws.root, ws.extra_paths, self.indexer.changes_of(ws))
+    @property
+    def ctx(self) -> Context:
+        return self.methods.ctx
 
     def close(self) -> None:
         """Stop in the reverse order of start: the socket first, the stores and model last."""
@@ -530,8 +520,6 @@ def build(
         service = MemoryService(config, choice=choice)
         stack.callback(service.close)
         service.readers = ReaderPool(config.search.reader_processes)
-        for entry in load_registry(config.state_dir / "workspaces.json"):
-            service.registry.open_registered(entry)
         indexer = Indexer(service.registry, clock=clock)
         indexer.start()
         stack.callback(indexer.stop)
@@ -547,33 +535,49 @@ def build(
                 clock=clock,
             )
         stack.callback(watchers.stop)
-        for ws in service.registry.all():
-            watchers.watch(ws.root, ws.extra_paths, indexer.changes_of(ws))
-            indexer.request_sync(ws, priority=RECONCILE)  # the start-up reconcile
+        registry_file = config.state_dir / "workspaces.json"
+        service.registry.attach(
+            watchers=watchers,
+            changes=indexer.changes_of,
+            sync=lambda ws, keys, reconcile: indexer.request_sync(
+                ws, keys, priority=RECONCILE if reconcile else WATCH
+            ),
+            registry_file=registry_file,
+        )
+        service.registry.open_all(load_registry(registry_file))
         keys = AppendKeys(
             config.state_dir / "append-keys.jsonl",
             kept=APPEND_KEYS_KEPT,
             seconds=APPEND_KEY_SECONDS,
         )
         stack.callback(keys.close)
-        api = Api(
+        ctx = Context(
             service,
             indexer,
             watchers,
-            registry=config.state_dir / "workspaces.json",
-            socket_path=str(socket_path),
+            clock=clock,
+            registry_file=registry_file,
             recorder=recorder,
             schedule=schedule,
-            clock=clock,
             append_keys=keys,
+            socket_path=str(socket_path),
+            started=started or {},  # before the first client can ask
         )
-        api.started = started or {}  # before the first client can ask
-        dispatcher = Dispatcher(api)
+        methods = Methods(ctx)
+        dispatcher = Dispatcher(methods)
         server = Server(socket_path, dispatcher, on_count=on_count, listening=listening)
         stack.callback(server.stop)
         server.bind()
         server.start()
         parts = Parts(
-            service, indexer, recorder, schedule, watchers, api, dispatcher, server, stack.pop_all()
+            service,
+            indexer,
+            recorder,
+            schedule,
+            watchers,
+            methods,
+            dispatcher,
+            server,
+            stack.pop_all(),
         )
     return parts

@@ -28,8 +28,8 @@ from typing import Any
 from memd.index.store import Store
 from memd.indexer import Indexer
 from memd.markdown.discover import memory_file
-from memd.registry import Workspace
 from memd.watch import RESCAN_ALL, RESCANS, Watchers
+from memd.workspace import Workspace
 
 __all__ = ["Claim", "check", "count_stale", "freshness", "stale_keys", "workspace_problems"]
 

@@ -21,21 +21,20 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from memd.dreams.dreaming import run_promotion
-from memd.dreams.ranking import Thresholds
 from memd.embed.worker import DOCUMENT_JOB_CHARS
 from memd.index.index import reads_first
 from memd.index.sync import SyncReport
 from memd.markdown.append import Appended, append_daily
-from memd.registry import Workspace, Workspaces
+from memd.registry import Workspaces
 from memd.watch.layout import RESCAN_ALL, RESCANS
+from memd.workspace import Workspace
 from memd_client.errors import Busy, IndexError_, PathRefused, UnknownWorkspace
 
 __all__ = ["Indexer", "URGENT", "WATCH", "RECONCILE"]
@@ -43,6 +42,7 @@ __all__ = ["Indexer", "URGENT", "WATCH", "RECONCILE"]
 logger = logging.getLogger(__name__)
 
 URGENT, WATCH, RECONCILE = 0, 1, 2
+T = TypeVar("T")
 
 # Changed files one sync job indexes before the jobs queued behind it get a turn. A file takes
 # a few milliseconds; 64 of them keep an append's wait during a bulk edit well under a second.
@@ -190,32 +190,18 @@ class Indexer:
         self._queue.put(job)
         return job.future
 
-    def promote(
+    def submit(
         self,
         ws: Workspace,
-        thresholds: Thresholds,
+        work: Callable[[], T],
         *,
-        explain: str | None = None,
-        include_promoted: bool = False,
-    ) -> Future[dict[str, Any]]:
-        """Promote the short-term memories of ``ws`` that pass ``thresholds`` into MEMORY.md;
-        resolves (with the promotion's result) once the promoted lines are searchable."""
-        job = _Job(
-            URGENT,
-            next(self._seq),
-            "promote",
-            ws.root,
-            Future(),
-            payload=(thresholds, explain, include_promoted),
-        )
-        self._check_running()
-        self._queue.put(job)
-        return job.future
-
-    def dream(self, ws: Workspace, work: Callable[[], dict[str, Any]]) -> Future[dict[str, Any]]:
-        """Run ``work`` (a dreaming run that writes) on the writer; the files it names in its
-        result's ``written`` are searchable when the future resolves."""
-        job = _Job(URGENT, next(self._seq), "dream", ws.root, Future(), payload=work)
+        indexes: Iterable[str] | Callable[[T], Iterable[str]] = (),
+        priority: int = URGENT,
+    ) -> Future[T]:
+        """Run ``work`` (a write into ``ws``'s files) on the writer, then index exactly the
+        files it wrote (``indexes``: their workspace paths, or a function of its result that
+        names them); the future resolves with its result once they are searchable."""
+        job = _Job(priority, next(self._seq), "work", ws.root, Future(), payload=(work, indexes))
         self._check_running()
         self._queue.put(job)
         return job.future
@@ -356,12 +342,12 @@ class Indexer:
                     job.future.set_result(report)
             elif job.kind == "append":
                 self._append_batch(ws, job)
-            elif job.kind == "promote":
-                job.future.set_result(self._promote(ws, *job.payload))
-            elif job.kind == "dream":
-                result = job.payload()
-                if result.get("written"):
-                    self._sync(ws, None, only=set(result["written"]))
+            elif job.kind == "work":
+                work, indexes = job.payload
+                result = work()
+                written = set(indexes(result) if callable(indexes) else indexes)
+                if written:
+                    self._sync(ws, None, only=written)
                 job.future.set_result(result)
         except Exception as exc:  # handed to whoever waits; the writer goes on
             logger.warning("%s of %s failed: %s", job.kind, ws.name, exc)
@@ -427,26 +413,6 @@ class Indexer:
         for job, appended in written:
             job.future.set_result(appended)
 
-    def _promote(
-        self, ws: Workspace, thresholds: Thresholds, explain: str | None, include_promoted: bool
-    ) -> dict[str, Any]:
-        config = self.workspaces.config  # read at each job: a reload may have changed it
-        result = run_promotion(
-            ws.root,
-            thresholds,
-            apply=True,
-            explain=explain,
-            include_promoted=include_promoted,
-            max_chars=config.dreaming.memory_max_chars,
-            timezone=config.timezone,
-            clock=self.clock,
-            folder=ws.dream_place.folder,
-            redact=config.index.redact,
-        )
-        if result["applied"]:
-            self._sync(ws, None, only={"MEMORY.md"})
-        return result
-
     def _take_queued_appends(self, root: Path, limit: int = 256) -> list[_Job]:
         """Remove and return the appends queued for ``root``, oldest first."""
         with self._queue.mutex:
@@ -495,7 +461,6 @@ class Indexer:
                 state.walk_errors = list(report.errors)
                 if not report.errors:
                     state.rescanned_at = max(state.rescanned_at, started)
-        ws.last_report = report
         # "missing" after a sync means rows without an identity (an index from an older
         # memd): like a changed model, that takes a rebuild, or it would stay keyword-only.
         if ws.syncer.state()[0] in ("mismatched", "missing") and not ws.syncer.backing_off():
@@ -579,7 +544,6 @@ class Indexer:
             error: BaseException | None = None
             try:
                 report = ws.syncer.rebuild(reason=reason, progress=self._rebuild_progress)
-                ws.last_report = report
                 # What the live index still lacks after the swap: the vectors of files that
                 # changed while it was built (the writer embeds them next).
                 with ws.index.reader() as store:

@@ -26,7 +26,19 @@ from memd_client.errors import BadRequest
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AppendKeys", "KeyRecord", "Once", "crash_point", "landed"]
+__all__ = [
+    "APPEND_KEYS_KEPT",
+    "APPEND_KEY_SECONDS",
+    "AppendKeys",
+    "KeyRecord",
+    "Once",
+    "crash_point",
+    "landed",
+]
+
+# How many append keys are kept, and how long: a client retries within ten minutes.
+APPEND_KEYS_KEPT = 10_000
+APPEND_KEY_SECONDS = 600.0
 
 
 class Once:

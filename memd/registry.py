@@ -1,6 +1,7 @@
-"""The workspaces memd serves: their records, their open indexes, and the registry file.
-
-The read service and the writer both find workspaces here; neither owns them.
+"""The workspaces memd serves, and their life: opened from the registry file and the config,
+added and changed by ``workspace_add``, watched (their changes go to the writer), synced when
+they open or appear, saved to the registry file, forgotten. One home for all of it: the daemon
+and the methods call these, nothing else wires a workspace.
 
 Over 400 lines: the registry file's format, its validation and the workspaces' life share
 one lock.
@@ -8,178 +9,48 @@ one lock.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
-import stat
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from memd.atomicfile import write_atomic
-from memd.config import MAX_EXTRA_PATHS, Config, refused_directory, refused_extra_path
+from memd.config import Config, WorkspaceConfig, refused_directory, refused_extra_path
 from memd.dreams.place import DreamPlace
 from memd.embed.base import Embedder
 from memd.embed.batch import Batches
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
-from memd.index.sync import Syncer, SyncReport
+from memd.index.sync import Syncer
 from memd.private import open_private_file
-from memd.text import first_control
-from memd_client.errors import BadRequest, PathRefused, UnknownWorkspace
+from memd.watch import Watchers
+from memd.workspace import (
+    DirIdentity,
+    Workspace,
+    check_name,
+    check_walked,
+    directory,
+    dreams_folder,
+    index_file,
+    workspace_entry,
+)
+from memd_client.errors import BadRequest, MemdError, PathRefused, UnknownWorkspace
 
-__all__ = [
-    "DirIdentity",
-    "Workspace",
-    "Workspaces",
-    "check_name",
-    "check_walked",
-    "dreams_folder",
-    "load_registry",
-    "save_registry",
-]
+__all__ = ["Workspaces", "load_registry", "save_registry"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class DirIdentity:
-    """Which directory a workspace path named when it was registered: an unmounted drive or a
-    directory put in place of another has the same path and another identity."""
-
-    device: int
-    inode: int
-    fsid: int  # the filesystem's own id (statvfs): stable where device numbers are not
-
-    @classmethod
-    def of(cls, path: Path) -> DirIdentity | None:
-        """The identity of the directory at ``path`` (None: no directory there)."""
-        try:
-            st = os.stat(path)
-            fsid = os.statvfs(path).f_fsid
-        except (OSError, ValueError):
-            return None
-        return cls(st.st_dev, st.st_ino, fsid) if stat.S_ISDIR(st.st_mode) else None
-
-    @classmethod
-    def from_entry(cls, entry: dict[str, Any]) -> DirIdentity | None:
-        """The identity a registry entry recorded (None for an entry from an older memd)."""
-        values = [entry.get(k) for k in ("device", "inode", "fsid")]
-        ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-        return cls(*ints) if len(ints) == 3 else None
-
-    def to_entry(self) -> dict[str, int]:
-        return {"device": self.device, "inode": self.inode, "fsid": self.fsid}
-
-    def same(self, other: DirIdentity) -> bool:
-        """The same directory: its inode, on the same device (or, as device numbers may change
-        when a drive is mounted again, the same filesystem)."""
-        return self.inode == other.inode and (
-            self.device == other.device or (self.fsid != 0 and self.fsid == other.fsid)
-        )
-
-
-@dataclass
-class Workspace:
-    """A workspace memd serves, with its index and its syncer (whose lock serialises writes)."""
-
-    name: str
-    root: Path
-    extra_paths: tuple[str, ...]
-    index: Index
-    syncer: Syncer
-    last_report: SyncReport | None = None
-    sessions_dir: Path | None = None
-    agent_id: str = ""
-    identity: DirIdentity | None = None  # of the root, when it was registered
-    dreams: DreamPlace | None = None  # where its dreaming keeps its files (memd's state)
-
-    @property
-    def dream_place(self) -> DreamPlace:
-        return self.dreams or DreamPlace.inside(self.root)
-
-    def root_problem(self) -> str | None:
-        """Why the workspace directory cannot be followed now: gone, or not the directory that
-        was registered (a drive unmounted, a directory put in its place). None when it can."""
-        try:
-            st = os.stat(self.root)
-        except (OSError, ValueError):
-            st = None
-        if st is None or not stat.S_ISDIR(st.st_mode):
-            return f"the workspace directory {self.root} is gone (deleted, moved or unmounted)"
-        if self.identity is None or (st.st_dev, st.st_ino) == (
-            self.identity.device,
-            self.identity.inode,
-        ):
-            return None  # every reply asks: one stat when nothing changed
-        now = DirIdentity.of(self.root)
-        if now is None:
-            return f"the workspace directory {self.root} is gone (deleted, moved or unmounted)"
-        if not self.identity.same(now):
-            return (
-                f"the workspace directory {self.root} is not the one registered (another "
-                "device or inode: unmounted, or replaced); its index is kept as it was. Mount "
-                f"it again, or follow the directory there now: memctl workspace add {self.root}"
-            )
-        return None
-
-
-MAX_NAME_CHARS = 64
-
-
-def check_name(name: str) -> str:
-    """A workspace name as memctl and status can show and address it, or BadRequest."""
-    if not isinstance(name, str) or not name.strip():
-        raise BadRequest("a workspace name must not be empty")
-    if name != name.strip() or len(name) > MAX_NAME_CHARS:
-        raise BadRequest(
-            f"workspace name {name!r}: at most {MAX_NAME_CHARS} characters, no outer spaces"
-        )
-    if name in (".", "..") or "/" in name or first_control(name) is not None:
-        raise BadRequest(f"workspace name {name!r} may not be '.', '..' or hold '/' or controls")
-    return name
-
-
-def _directory(path: str | Path) -> Path | None:
-    """``path`` resolved, if it names a directory (``~`` expanded; "~someone" for an unknown
-    user, a NUL byte or an unreadable path is no directory)."""
-    try:
-        root = Path(path).expanduser()
-        if "\x00" in str(root) or not root.is_dir():
-            return None
-        return root.resolve()
-    except (RuntimeError, OSError):
-        return None
-
-
-def check_walked(root: Path, extra_paths: Sequence[str], sessions_dir: str | Path = "") -> None:
-    """Refuse (BadRequest) extra paths or a transcript folder memd would have to walk the
-    system or the whole home directory for, and more extra paths than memd watches."""
-    if len(extra_paths) > MAX_EXTRA_PATHS:
-        raise BadRequest(f"{len(extra_paths)} extra paths given, at most {MAX_EXTRA_PATHS}")
-    for entry in extra_paths:
-        why = refused_extra_path(root, entry)
-        if why is not None:
-            raise BadRequest(why)
-    if sessions_dir:
-        why = refused_extra_path(root, str(sessions_dir), "a transcript folder")
-        if why is not None:
-            raise BadRequest(why)
-
-
-def _slug(root: Path) -> str:
-    digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name).strip("-.") or "workspace"
-    return f"{name[:40]}-{digest}"
-
-
-def dreams_folder(config: Config, root: Path) -> Path:
-    """Where the workspace at ``root`` (resolved) keeps its dreaming files: memd's state."""
-    return config.state_dir / "dreams" / _slug(root)
+class _Life:
+    watchers: Watchers
+    changes: Callable[[Workspace], Callable[[set[str]], None]]
+    sync: Callable[[Workspace, set[str] | None, bool], object]
+    registry_file: Path
 
 
 class Workspaces:
@@ -204,6 +75,129 @@ class Workspaces:
         self._names: dict[str, Path] = {}
         self.missing: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._file_lock = threading.Lock()
+        self._life: _Life | None = None
+
+    # -- a workspace's life ---------------------------------------------------------------------
+
+    def attach(
+        self,
+        *,
+        watchers: Watchers,
+        changes: Callable[[Workspace], Callable[[set[str]], None]],
+        sync: Callable[[Workspace, set[str] | None, bool], object],
+        registry_file: Path,
+    ) -> None:
+        """What a workspace's life needs beyond its index (given by the daemon's build): the
+        watchers, where a workspace's changes go, how a sync is asked for (``sync(ws, keys,
+        reconcile)``: the start-up reconcile runs behind other work), the registry file."""
+        self._life = _Life(watchers, changes, sync, registry_file)
+
+    def start(self, ws: Workspace, *, reconcile: bool = False) -> None:
+        """Watch ``ws`` and queue its first sync (a reconcile of every file)."""
+        life = self._require_life()
+        life.watchers.watch(ws.root, ws.extra_paths, life.changes(ws))
+        life.sync(ws, None, reconcile)
+
+    def open_all(self, entries: Sequence[dict[str, Any]]) -> None:
+        """At start: open the registered workspaces and those of the config, then watch and
+        reconcile each."""
+        for entry in entries:
+            self.open_registered(entry)
+        for ws in self.all():
+            self.start(ws, reconcile=True)
+
+    def add_or_update(
+        self,
+        path: str,
+        *,
+        name: str = "",
+        extra_paths: tuple[str, ...] | None = None,
+        sessions_dir: str = "",
+        agent_id: str = "",
+    ) -> tuple[Workspace, bool, list[str]]:
+        """Register ``path`` (opened, watched, synced, saved), or change the settings given of
+        the workspace registered there; (the workspace, added, what changed)."""
+        known = self.find_root(path)
+        if known is None:
+            ws = self.add(
+                path,
+                name=name,
+                extra_paths=extra_paths or (),
+                sessions_dir=sessions_dir,
+                agent_id=agent_id,
+            )
+            self.save()
+            self.start(ws)
+            return ws, True, []
+        changed = self.update(
+            known,
+            name=name,
+            extra_paths=extra_paths,
+            sessions_dir=sessions_dir,
+            agent_id=agent_id,
+        )
+        now = DirIdentity.of(known.root)
+        if now is not None and (known.identity is None or not known.identity.same(now)):
+            # Another directory at the registered path (a drive mounted elsewhere, a directory
+            # put in place of the old one): adding it again follows it.
+            known.identity = now
+            changed.append("directory")
+        if changed:
+            self.save()
+            self._require_life().watchers.unwatch(known.root)
+            self.start(known)
+        return known, False, changed
+
+    def forget(self, ref: str) -> bool:
+        """Stop watching a workspace, delete its index and drop it from the registry file
+        (its Markdown is untouched); a missing one is only dropped from the file."""
+        if self.forget_missing(ref):
+            self.save()
+            return True
+        ws = self.get(ref)
+        self._require_life().watchers.unwatch(ws.root)
+        removed = self.remove(ws.name)
+        self.save()
+        return removed
+
+    def appeared(self) -> list[Workspace]:
+        """Open, watch and sync the missing workspaces whose directories have appeared."""
+        opened = self.open_missing() if self.missing else []
+        for ws in opened:
+            logger.info("workspace %s appeared at %s", ws.name, ws.root)
+            self.start(ws)
+        return opened
+
+    def follow(self, workspaces: Sequence[WorkspaceConfig]) -> None:
+        """A reloaded configuration's workspaces: the new ones opened, watched and synced."""
+        for entry in workspaces:
+            known = self.find_root(entry.path)
+            try:
+                ws = self.add(entry.path, name=entry.name, extra_paths=entry.extra_paths)
+            except MemdError as exc:
+                logger.warning("workspace %s of the configuration not added: %s", entry.path, exc)
+                continue
+            if known is None:
+                self.start(ws)
+
+    def save(self) -> None:
+        """Write the registry file: every workspace, with the directory it was registered
+        with (Workspace.root_problem), and the missing ones (kept until they come back)."""
+        entries = [
+            {**workspace_entry(ws), **(ws.identity.to_entry() if ws.identity else {})}
+            for ws in self.all()
+        ]
+        entries += list(self.missing.values())
+        with self._file_lock:
+            save_registry(self._require_life().registry_file, entries)
+
+    def _require_life(self) -> _Life:
+        if self._life is None:
+            raise RuntimeError("the workspaces are not attached to watchers and a writer")
+        return self._life
+
+    # -- the records ----------------------------------------------------------------------------
 
     def add(
         self,
@@ -221,7 +215,7 @@ class Workspaces:
         ``agent_id`` (default: the workspace name). ``identity``: the directory's when it was
         registered (from the registry file); by default the directory's now.
         """
-        root = _directory(path)
+        root = directory(path)
         if root is None:
             raise UnknownWorkspace(f"workspace {str(path)!r} is not a directory")
         why = refused_directory(root)
@@ -234,10 +228,7 @@ class Workspaces:
                 return self._workspaces[root]
             if name in self._names and self._names[name] != root:
                 raise BadRequest(f"workspace name {name!r} is already used by {self._names[name]}")
-            index = Index(
-                self.config.index_dir / f"{_slug(root)}.sqlite",
-                use_vec=self.config.index.sqlite_vec,
-            )
+            index = Index(index_file(self.config, root), use_vec=self.config.index.sqlite_vec)
             index.open()
             syncer = Syncer(
                 index,
@@ -273,7 +264,7 @@ class Workspaces:
 
     def find_root(self, path: str | Path) -> Workspace | None:
         """The registered workspace at directory ``path`` (resolved), if there is one."""
-        root = _directory(path)
+        root = directory(path)
         if root is None:
             return None
         with self._lock:

@@ -82,6 +82,21 @@ class Hit:
     snippet_start_line: int = 0  # the file line the snippet starts at
     match_lines: list[int] = field(default_factory=list)  # file lines holding query terms
 
+    @classmethod
+    def from_dict(cls, r: dict[str, Any]) -> Hit:
+        return cls(
+            r["path"],
+            r["start_line"],
+            r["end_line"],
+            r["score"],
+            r["snippet"],
+            r["source"],
+            r["vector_score"],
+            r["text_score"],
+            snippet_start_line=r["snippet_start_line"],
+            match_lines=list(r["match_lines"]),
+        )
+
     def to_dict(self) -> dict[str, object]:
         return {
             "path": self.path,
@@ -144,6 +159,52 @@ class SearchOutcome:
     provider: str
     model: str
     note: str | None = None  # why the mode used differs from the one asked for
+    # The hits as a reply carries them, when they came that way (from a reader process):
+    # they go on as they are, never made Hits again to be made maps again.
+    shaped: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    @property
+    def hits(self) -> list[Any]:
+        """The hits as a reply carries them (``memd_client.types.SearchHit``)."""
+        if self.shaped is not None:
+            return self.shaped
+        return [h.to_dict() for h in self.results]
+
+    @classmethod
+    def from_reply(cls, reply: dict[str, Any]) -> SearchOutcome:
+        """An outcome as a reader process sent it; its Hits are made only if asked for."""
+        outcome = cls([], reply["mode"], reply["provider"], reply["model"], reply["note"])
+        outcome.shaped = list(reply["results"])
+        outcome.results = _LazyHits(outcome.shaped)
+        return outcome
+
+
+class _LazyHits(list[Hit]):
+    """Hits made from shaped hits the first time they are looked at (tests, the CLI)."""
+
+    def __init__(self, shaped: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self._shaped: list[dict[str, Any]] | None = shaped
+
+    def _fill(self) -> None:
+        if self._shaped is not None:
+            shaped, self._shaped = self._shaped, None
+            self.extend(Hit.from_dict(r) for r in shaped)
+
+    def __iter__(self) -> Any:
+        self._fill()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._fill()
+        return super().__len__()
+
+    def __getitem__(self, i: Any) -> Any:
+        self._fill()
+        return super().__getitem__(i)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
 
 
 # A term found in more than this share of chunks has a BM25 weight of about zero, yet scoring
@@ -152,6 +213,11 @@ class SearchOutcome:
 # as the rarer terms fill the candidates; when they do not, the whole query runs: leaving a term
 # out is a speed device and never changes which chunks can be found.
 COMMON_TERM_SHARE = 0.5
+
+
+# The vector half of a chunk: this share its best line's (or pair of lines') cosine, the rest
+# its own (tuned on LoCoMo, docs/benchmarks.md).
+LINE_SHARE = 2 / 3
 
 
 def keyword_match(
@@ -397,7 +463,8 @@ def _merge(
     chunk, line = _cosines(store, qvec, list(by_id), {r.id: r.score for r in vector_rows})
     if not hybrid:
         for chunk_id, hit in by_id.items():
-            hit.vector_score = max(0.0, min(1.0, (chunk[chunk_id] + 2 * line[chunk_id]) / 3))
+            mixed = (1 - LINE_SHARE) * chunk[chunk_id] + LINE_SHARE * line[chunk_id]
+            hit.vector_score = max(0.0, min(1.0, mixed))
             hit.score = hit.vector_score
         return list(by_id.values())
     chunk_scaled, line_scaled = _min_max(chunk), _min_max(line)
@@ -408,7 +475,9 @@ def _merge(
         vw, tw = 0.5, 0.5
     for chunk_id, hit in by_id.items():
         hit.text_score = keyword.get(chunk_id, 0.0) / best if best > 0 else 0.0
-        hit.vector_score = (chunk_scaled[chunk_id] + 2 * line_scaled[chunk_id]) / 3
+        hit.vector_score = (1 - LINE_SHARE) * chunk_scaled[chunk_id] + LINE_SHARE * line_scaled[
+            chunk_id
+        ]
         hit.score = (vw * hit.vector_score + tw * hit.text_score) / (vw + tw)
     return list(by_id.values())
 

@@ -26,9 +26,10 @@ from memd.markdown.discover import discover
 from memd.markdown.read import GetResult, MemoryPath, locate, read_located
 from memd.readers import ReaderPool
 from memd.redact import redact
-from memd.registry import Workspace, Workspaces
+from memd.registry import Workspaces
 from memd.search import SearchOptions, SearchOutcome, search
 from memd.sessions import is_transcript_name, list_transcripts, read_jsonl_lines
+from memd.workspace import Workspace
 from memd_client.errors import BadRequest, PathRefused, ProviderUnavailable
 
 __all__ = ["MemoryService"]
@@ -169,20 +170,19 @@ class MemoryService:
     ) -> SyncReport:
         ws = self.registry.get(ref)
         report = ws.syncer.sync(force=force, embed=embed, progress=progress)
-        ws.last_report = report
         return report
 
     def search(
-        self, ref: str, query: str, *, index_first: bool = True, **overrides: Any
+        self, ref: str | Workspace, query: str, *, index_first: bool = True, **overrides: Any
     ) -> SearchOutcome:
         """Search one workspace. A never-indexed workspace gets its keyword rows first, here
         (``index_first``, for a service used without a daemon), or by the daemon's writer
         before it calls this (``index_first=False``)."""
         if not isinstance(query, str):
             raise BadRequest("query must be a string")
-        ws = self.registry.get(ref)
+        ws = self._workspace(ref)
         if index_first and ws.syncer.last_sync is None and self.never_indexed(ws):
-            self.sync(ref, embed=False)
+            self.sync(ws.name, embed=False)
         options = SearchOptions.from_config(self.config.search, **overrides)
         try:
             return self._search(ws, query, options)
@@ -201,6 +201,10 @@ class MemoryService:
             return self.readers.search(ws.index, query, options, self.embedder)
         return search(ws.index, query, options, embedder=self.embedder)
 
+    def _workspace(self, ref: str | Workspace) -> Workspace:
+        """The workspace a request found already, or the one a name or path names."""
+        return ref if isinstance(ref, Workspace) else self.registry.get(ref)
+
     @staticmethod
     def never_indexed(ws: Workspace) -> bool:
         """No keyword rows yet, or only part of them: the first sync has not run, or runs now
@@ -212,7 +216,7 @@ class MemoryService:
 
     def get(
         self,
-        ref: str,
+        ref: str | Workspace,
         path: str,
         from_line: int = 1,
         lines: int | None = None,
@@ -224,7 +228,7 @@ class MemoryService:
         ``check`` is the caller's access decision, given the resolved target (or a transcript's
         name): it is made once, on what will really be opened, and raises to refuse.
         """
-        ws = self.registry.get(ref)
+        ws = self._workspace(ref)
         if not isinstance(path, str):
             raise BadRequest("path must be a string")
         if path.strip().startswith("sessions/"):

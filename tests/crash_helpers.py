@@ -30,7 +30,7 @@ from memd.embed.fake import FakeEmbedder
 from memd.index.index import Index
 from memd.index.store import DumpRow
 from memd.index.sync import Syncer
-from memd.registry import dreams_folder
+from memd.workspace import dreams_folder
 
 WS_NAME = "crash"
 

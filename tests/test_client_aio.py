@@ -330,12 +330,12 @@ async def test_reconnects_after_the_daemon_closes_an_idle_connection(daemon: Dae
     async with AsyncClient(daemon.socket_path) as c:
         assert (await c.hello())["server"] == "memd"
         for _ in range(200):
-            if daemon.parts.api.connections == 0:
+            if daemon.parts.ctx.connections == 0:
                 break
             await asyncio.sleep(0.05)
-        assert daemon.parts.api.connections == 0, "the daemon closed the idle connection"
+        assert daemon.parts.ctx.connections == 0, "the daemon closed the idle connection"
         assert (await c.hello())["server"] == "memd"
-        assert c.connected and daemon.parts.api.connections == 1
+        assert c.connected and daemon.parts.ctx.connections == 1
 
 
 @in_loop

@@ -449,7 +449,7 @@ def test_replies_that_find_the_count_old_together_take_one_new_count(
         # the writer waits on a job of its own: the bulk edit stays pending
         release = threading.Event()
         agent = daemon.parts.registry.get("agent")
-        held = daemon.parts.indexer.dream(agent, lambda: {"waited": release.wait(60)})
+        held = daemon.parts.indexer.submit(agent, lambda: {"waited": release.wait(60)})
         try:
             edit_100_files_until_pending(c, ws)
             monkeypatch.setattr(freshness_module, "stale_keys", slow)

@@ -116,7 +116,7 @@ def test_a_search_leaves_the_workspace_as_it_was(tmp_path: Path) -> None:
             status = c.status("agent")["workspaces"][0]["dreaming"]["recall_store"]
             assert status["entries"] >= 1
     assert _files(ws) == before
-    from memd.registry import dreams_folder
+    from memd.workspace import dreams_folder
 
     store = RecallStore(ws, folder=dreams_folder(config, ws.resolve()))
     assert any("vega" in e.snippet for e in store.load().values())
@@ -138,7 +138,7 @@ def test_dreaming_files_left_in_the_workspace_move_into_memds_state(tmp_path: Pa
             status = c.status("agent")["workspaces"][0]["dreaming"]["recall_store"]
             assert status["entries"] == 1
     assert not (ws / "memory" / ".dreams").exists()
-    from memd.registry import dreams_folder
+    from memd.workspace import dreams_folder
 
     folder = dreams_folder(config, ws.resolve())
     assert (folder / "short-term-recall.json").is_file()

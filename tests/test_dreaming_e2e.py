@@ -14,7 +14,7 @@ import memd_client
 from memd.config import Config
 from memd.ctl.memctl import cli as memctl
 from memd.embed.fake import FakeEmbedder
-from memd.registry import dreams_folder
+from memd.workspace import dreams_folder
 
 from .daemon_fixture import running_daemon
 

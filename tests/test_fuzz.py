@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memd_client
-from memd.api import METHODS
 from memd.daemon import Daemon
+from memd.ipc.methods import METHODS
 from memd.markdown.read import GetResult, read_lines, resolve_memory_path
 from memd_client.errors import BadRequest, Code, MemdError, PathRefused
 from memd_client.protocol import (

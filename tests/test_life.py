@@ -318,9 +318,9 @@ class Life(RuleBasedStateMachine):
 
 def _index_problems(config: Config, root: Path, sessions: Path) -> list[str]:
     """The stopped daemon's index of ``root`` against a fresh rebuild of the same files."""
-    from memd.registry import _slug
+    from memd.workspace import index_file
 
-    path = config.index_dir / f"{_slug(root.resolve())}.sqlite"
+    path = index_file(config, root.resolve())
     index = Index(path)
     index.open()
     try:

@@ -20,7 +20,7 @@ from memd.config import Config
 from memd.dreams import recall_lock
 from memd.dreams.recall_lock import file_lock
 from memd.dreams.recall_store import RecallStore
-from memd.registry import dreams_folder
+from memd.workspace import dreams_folder
 from memd_client.errors import Busy
 
 from .daemon_fixture import running_daemon

@@ -52,7 +52,7 @@ from memd.dreams.transcripts import (
 )
 from memd.redact import redact as redact_secrets
 
-__all__ = ["PHASES", "RUNS_FILE", "DreamOptions", "last_runs", "run_dream"]
+__all__ = ["PHASES", "RUNS_FILE", "DreamOptions", "last_runs", "run_dream", "written_by"]
 
 logger = logging.getLogger(__name__)
 
@@ -303,8 +303,19 @@ def run_dream(
                 lines = [redact_secrets(line) for line in lines]
             written = write_entry(root, title, lines, max_chars=options.diary_max_chars)
             result["diary"] = {"path": "DREAMS.md", "dropped_entries": written.dropped_entries}
+            promoted = result.get("deep")
+            result["written"] = [
+                "DREAMS.md",
+                *(["MEMORY.md"] if promoted and promoted["applied"] else []),
+            ]
             _save_runs(store.dir, result)
     return result
+
+
+def written_by(result: Mapping[str, Any]) -> list[str]:
+    """The workspace files a run changed (``written``: DREAMS.md, and MEMORY.md when Deep
+    promoted something): what the writer indexes before the run's reply."""
+    return list(result.get("written", ()))
 
 
 def _summary(phase: str, report: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from memd.api import METHODS, Api
+from memd.ipc.methods import Methods
 from memd.scopes import ANONYMOUS, CALLER_FIELDS, Caller
 from memd_client.errors import BadRequest, Code, MemdError, UnknownMethod, to_wire
 from memd_client.protocol import RESPONSE, Request
@@ -19,10 +19,10 @@ logger = logging.getLogger(__name__)
 class Dispatcher:
     """Turns one request into one response message."""
 
-    def __init__(self, api: Api) -> None:
-        self.api = api
+    def __init__(self, methods: Methods) -> None:
+        self.methods = methods
         self.calls = 0  # requests answered (racy increments: the daemon only asks "any since?")
-        self._table: dict[str, Callable[..., Any]] = {name: getattr(api, name) for name in METHODS}
+        self._table: dict[str, Callable[..., Any]] = dict(methods.table)
 
     def __call__(self, request: Request, state: dict[str, Any] | None = None) -> list[Any]:
         handler = self._table.get(request.method)

@@ -41,7 +41,7 @@ from memd import frames
 from memd.embed.base import Embedder, Vectors
 from memd.index.index import Index
 from memd.readers.reader import Reader, ReaderDied
-from memd.search import Hit, SearchOptions, SearchOutcome, search
+from memd.search import SearchOptions, SearchOutcome, search
 from memd_client import errors
 
 __all__ = ["ReaderPool"]
@@ -288,19 +288,4 @@ def _spec(index: Index) -> dict[str, Any]:
 
 
 def _outcome(ok: dict[str, Any]) -> SearchOutcome:
-    hits = [
-        Hit(
-            r["path"],
-            r["start_line"],
-            r["end_line"],
-            r["score"],
-            r["snippet"],
-            r["source"],
-            r["vector_score"],
-            r["text_score"],
-            snippet_start_line=r["snippet_start_line"],
-            match_lines=list(r["match_lines"]),
-        )
-        for r in ok["results"]
-    ]
-    return SearchOutcome(hits, ok["mode"], ok["provider"], ok["model"], ok["note"])
+    return SearchOutcome.from_reply(ok)
