@@ -1,3 +1,4 @@
+// @ts-check
 // OpenClaw memory-slot plugin: the agent's memory is served by the local memd daemon.
 //
 // memd watches and indexes the workspace's Markdown memory (MEMORY.md, memory/*.md, optionally
@@ -7,7 +8,7 @@
 // flush plan, and an `openclaw memory` command. Every rule (scopes, transcript visibility, the
 // flush rules, time zones) is memd's: the plugin passes who is asking and shows the answer.
 
-import { MemdClient, MemdError } from "./src/client.js";
+import { Code, MemdClient, MemdError } from "./src/client.js";
 import { AgentWorkspace, MemdSearchManager, asMemdError, authorizeHits } from "./src/manager.js";
 import { SessionMemory } from "./src/prompt.js";
 import { createTools } from "./src/tools.js";
@@ -15,8 +16,15 @@ import { createTools } from "./src/tools.js";
 export const PLUGIN_ID = "memd";
 const DEFAULT_CONTEXT_CHARS = 12_000;
 
+/**
+ * The plugin's settings (`configSchema` in openclaw.plugin.json).
+ * @typedef {{ socket?: string, workspace?: string, timeoutMs?: number, autostart?: boolean,
+ *   memctl?: string, contextChars?: number }} Settings
+ */
+
 /** @param {any} api OpenClaw's plugin API */
 function register(api) {
+  /** @type {Settings} */
   const settings = api.pluginConfig ?? {};
   const client = new MemdClient({
     socketPath: settings.socket,
@@ -39,7 +47,7 @@ function register(api) {
     dir = dir ?? config?.agents?.defaults?.workspace;
     if (!dir) {
       throw new MemdError(
-        "UNKNOWN_WORKSPACE",
+        Code.UNKNOWN_WORKSPACE,
         `no workspace for agent ${agentId}: set agents.defaults.workspace, or the memd plugin's workspace`,
       );
     }
@@ -53,7 +61,7 @@ function register(api) {
   /** @type {Map<string, MemdSearchManager>} */
   const managers = new Map();
   const runtime = {
-    async getMemorySearchManager(/** @type {any} */ { cfg, agentId, purpose }) {
+    async getMemorySearchManager(/** @type {{ cfg?: any, agentId?: string, purpose?: string }} */ { cfg, agentId, purpose }) {
       const id = agentId || "main";
       let target;
       try {
@@ -78,7 +86,7 @@ function register(api) {
     async authorizeSearchHits(/** @type {any} */ params) {
       return authorizeHits(params);
     },
-    async closeMemorySearchManager(/** @type {any} */ { agentId }) {
+    async closeMemorySearchManager(/** @type {{ agentId?: string }} */ { agentId }) {
       for (const key of managers.keys()) if (key.startsWith(`${agentId || "main"}\u0000`)) managers.delete(key);
     },
     async closeAllMemorySearchManagers() {
@@ -214,7 +222,7 @@ function registerCli(/** @type {any} */ program, /** @type {any} */ config, /** 
 }
 
 /** The agent a command means when none is named: the only one configured, else "main". */
-function defaultAgent(/** @type {any} */ config) {
+export function defaultAgent(/** @type {any} */ config) {
   const ids = Object.keys(config?.agents?.entries ?? {});
   return ids.length === 1 ? ids[0] : "main";
 }

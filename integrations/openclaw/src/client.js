@@ -1,12 +1,14 @@
+// @ts-check
 // memd's msgpack-RPC protocol over its Unix socket (docs/protocol.md in the memd repository):
 // one connection, opened on first use and again after it drops; every call under a deadline.
 // When nothing listens, memd is started (`memctl start`, which lets one starter win and makes
 // the others wait for it), unless MEMD_AUTOSTART=0 or the plugin's `autostart: false`.
 
 import { spawn } from "node:child_process";
+import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
-import path from "node:path";
+import { inspect } from "node:util";
 import { decodeMultiStream, encode } from "@msgpack/msgpack";
 
 const REQUEST = 0;
@@ -38,10 +40,14 @@ export const START_HINT =
 /** How long `memctl start` may take: a first start imports numpy and opens every index. */
 const START_TIMEOUT_MS = 120_000;
 const OFF = new Set(["0", "false", "no", "off"]);
+// What Python's str.strip() strips (String.prototype.trim differs: it strips U+FEFF, keeps
+// U+001C-U+001F and U+0085), so that a value means here what it means to memd_client.
+const SPACE = "[\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
+const SURROUNDING_SPACE = new RegExp(`^${SPACE}+|${SPACE}+$`, "g");
 
 /** Whether clients start memd when it is not running (MEMD_AUTOSTART, default on). */
 export function autostartEnabled(env = process.env) {
-  return !OFF.has(String(env.MEMD_AUTOSTART ?? "").trim().toLowerCase());
+  return !OFF.has(String(env.MEMD_AUTOSTART ?? "").replace(SURROUNDING_SPACE, "").toLowerCase());
 }
 
 /** An error memd returned, or one about reaching it; `code` is a wire code or a local kind. */
@@ -64,34 +70,133 @@ export class MemdError extends Error {
 }
 
 /**
- * The daemon's socket, resolved as memd resolves it: MEMD_SOCKET, else MEMD_HOME/run, else
- * XDG_RUNTIME_DIR/memd, else the state directory's run/ (macOS: Application Support).
+ * The daemon's socket, resolved as memd resolves it (memd_client.paths.socket_path, to the
+ * byte): MEMD_SOCKET, else MEMD_HOME/run, else XDG_RUNTIME_DIR/memd, else the state
+ * directory's run/ (macOS: Application Support, unless XDG_CONFIG_HOME is set). A home
+ * directory that cannot be found (of a `~user`, or with no HOME) is a MemdError (CONFIG).
  * @param {NodeJS.ProcessEnv} [env]
+ * @param {NodeJS.Platform} [platform]
  */
-export function defaultSocketPath(env = process.env) {
-  if (env.MEMD_SOCKET) return expandHome(env.MEMD_SOCKET, env);
-  if (env.MEMD_HOME) return path.join(expandHome(env.MEMD_HOME, env), "run", "memd.sock");
-  if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, "memd", "memd.sock");
-  const home = env.HOME || os.homedir();
-  let state;
-  if (process.platform === "darwin" && !env.XDG_CONFIG_HOME) {
-    state = path.join(home, "Library", "Application Support", "memd");
-  } else {
-    state = path.join(env.XDG_STATE_HOME || path.join(home, ".local", "state"), "memd");
+export function defaultSocketPath(env = process.env, platform = process.platform) {
+  if (env.MEMD_SOCKET) return expandPath(env.MEMD_SOCKET, env, "MEMD_SOCKET");
+  if (env.MEMD_HOME) return posixPath(expandPath(env.MEMD_HOME, env, "MEMD_HOME"), "run", "memd.sock");
+  const home = posixPath(env.HOME || expandUser("~", env));
+  if (!env.HOME && home.startsWith("~")) {
+    throw new MemdError(Code.CONFIG, "HOME is not set, and the password database has no home directory for this user");
   }
-  return path.join(state, "run", "memd.sock");
+  if (env.XDG_RUNTIME_DIR) return posixPath(env.XDG_RUNTIME_DIR, "memd", "memd.sock");
+  const state =
+    platform === "darwin" && env.XDG_CONFIG_HOME === undefined
+      ? posixPath(home, "Library", "Application Support", "memd")
+      : posixPath(env.XDG_STATE_HOME || posixPath(home, ".local", "state"), "memd");
+  return posixPath(state, "run", "memd.sock");
 }
 
-/** @param {string} p @param {NodeJS.ProcessEnv} env */
-function expandHome(p, env) {
-  if (p === "~" || p.startsWith("~/")) return path.join(env.HOME || os.homedir(), p.slice(1));
-  return p;
+/**
+ * Segments joined and written as Python's pathlib writes a path: empty and "." segments
+ * dropped, ".." kept (it is not resolved: a symlink may stand before it), an absolute segment
+ * starting over, and two leading slashes (no more) kept as they are.
+ * @param {string[]} segments
+ */
+export function posixPath(...segments) {
+  let root = "";
+  /** @type {string[]} */
+  let parts = [];
+  for (const segment of segments) {
+    const rest = segment.replace(/^\/+/, "");
+    const slashes = segment.length - rest.length;
+    if (slashes > 0) {
+      root = slashes === 2 ? "//" : "/";
+      parts = [];
+    }
+    for (const part of rest.split("/")) if (part && part !== ".") parts.push(part);
+  }
+  return root + parts.join("/") || ".";
+}
+
+/**
+ * `p` with a leading `~` or `~user` replaced by that home directory, as pathlib's
+ * Path(p).expanduser(); `name` is the setting it came from, for the error.
+ * @param {string} p @param {NodeJS.ProcessEnv} env @param {string} name
+ */
+function expandPath(p, env, name) {
+  const normal = posixPath(p);
+  if (!normal.startsWith("~")) return normal;
+  const [first, ...rest] = normal.split("/");
+  const home = expandUser(first, env);
+  if (home.startsWith("~")) throw noHome(name, p);
+  return posixPath(home, ...rest);
+}
+
+/** @param {string} name @param {string} value */
+function noHome(name, value) {
+  return new MemdError(Code.CONFIG, `${name} is ${JSON.stringify(value)}: its home directory cannot be found`);
+}
+
+/**
+ * os.path.expanduser: `~` is HOME (even empty), else the user's home in the password database;
+ * `~user` is that user's; one that cannot be found leaves `p` as it is.
+ * @param {string} p @param {NodeJS.ProcessEnv} env
+ */
+function expandUser(p, env) {
+  if (!p.startsWith("~")) return p;
+  const end = p.indexOf("/", 1) < 0 ? p.length : p.indexOf("/", 1);
+  const home = end === 1 ? (env.HOME ?? ownHome()) : homeOf(p.slice(1, end));
+  if (home === undefined) return p;
+  return home.replace(/\/+$/, "") + p.slice(end) || "/";
+}
+
+/** This user's home directory in the password database (HOME aside). */
+function ownHome() {
+  try {
+    return os.userInfo().homedir;
+  } catch {
+    return undefined; // no entry for this uid
+  }
+}
+
+/**
+ * A user's home directory: this user's, else the one /etc/passwd gives (users that only a
+ * directory service knows are not found: their `~user` stays unexpanded).
+ * @param {string} user
+ */
+function homeOf(user) {
+  try {
+    const me = os.userInfo();
+    if (me.username === user) return me.homedir;
+  } catch {
+    // no entry for this uid: look in the file
+  }
+  try {
+    for (const line of fs.readFileSync("/etc/passwd", "utf8").split("\n")) {
+      const fields = line.split(":");
+      if (fields.length >= 7 && fields[0] === user) return fields[5];
+    }
+  } catch {
+    // no /etc/passwd
+  }
+  return undefined;
+}
+
+/**
+ * memd's error on the wire (`[code, message]`) as a MemdError, read as memd_client's from_wire
+ * reads it: a code that is not an integer, or an error of another shape, is INTERNAL.
+ * @param {unknown} error
+ */
+export function errorFromWire(error) {
+  if (Array.isArray(error) && error.length === 2) {
+    const [code, message] = error;
+    return new MemdError(Number.isInteger(code) ? code : Code.INTERNAL, String(message));
+  }
+  return new MemdError(Code.INTERNAL, `malformed error from memd: ${inspect(error, { breakLength: Infinity })}`);
 }
 
 /** Leave out null and undefined values: memd wants optional arguments absent, not nil. */
 function compact(/** @type {Record<string, unknown>} */ params) {
   return Object.fromEntries(Object.entries(params).filter(([, v]) => v !== undefined && v !== null));
 }
+
+/** @typedef {{ timeoutMs?: number, signal?: AbortSignal }} CallOptions a call's deadline and its abort */
 
 export class MemdClient {
   /**
@@ -100,7 +205,18 @@ export class MemdClient {
    *   memctl: the memctl that starts it (default: `memctl` on PATH).
    */
   constructor(options = {}) {
-    this.socketPath = options.socketPath || defaultSocketPath();
+    /** @type {MemdError | null} why memd's socket cannot be known: every call fails with it */
+    this.pathError = null;
+    let socketPath = options.socketPath;
+    if (!socketPath) {
+      try {
+        socketPath = defaultSocketPath();
+      } catch (err) {
+        if (!(err instanceof MemdError)) throw err;
+        this.pathError = err;
+      }
+    }
+    this.socketPath = socketPath ?? "";
     this.timeoutMs = options.timeoutMs ?? 30_000;
     this.autostart = options.autostart ?? autostartEnabled();
     this.memctl = options.memctl || "memctl";
@@ -120,7 +236,7 @@ export class MemdClient {
    * Call `method` with named `params`; resolves to its result map or rejects with MemdError.
    * @param {string} method
    * @param {Record<string, unknown>} [params]
-   * @param {{ timeoutMs?: number, signal?: AbortSignal }} [options]
+   * @param {CallOptions} [options]
    * @returns {Promise<any>}
    */
   async call(method, params = {}, options = {}) {
@@ -177,6 +293,7 @@ export class MemdClient {
 
   /** @returns {Promise<net.Socket>} */
   connect() {
+    if (this.pathError) return Promise.reject(this.pathError);
     if (this.socket && !this.socket.destroyed) return Promise.resolve(this.socket);
     if (this.connecting) return this.connecting;
     this.connecting = this.open().catch(async (err) => {
@@ -254,8 +371,8 @@ export class MemdClient {
         const [, msgid, error, result] = message;
         const waiter = this.pending.get(msgid);
         if (!waiter) continue; // a reply to a call that timed out
-        if (error) waiter.reject(new MemdError(Number(error[0]), String(error[1])));
-        else waiter.resolve(result);
+        if (error === null || error === undefined) waiter.resolve(result);
+        else waiter.reject(errorFromWire(error));
       }
     } catch (err) {
       this.drop(socket, new MemdError("UNAVAILABLE", `memd sent what is not msgpack: ${err}`));

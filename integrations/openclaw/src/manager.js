@@ -1,6 +1,9 @@
+// @ts-check
 // OpenClaw's MemorySearchManager, answered by memd: one manager per agent, one memd workspace each.
 
 import { MemdError, START_HINT } from "./client.js";
+
+/** @typedef {ReturnType<typeof toSearchResult>} SearchResult OpenClaw's MemorySearchResult */
 
 /** memd's search hit -> OpenClaw's MemorySearchResult. */
 export function toSearchResult(/** @type {any} */ hit) {
@@ -46,6 +49,9 @@ export function agentOfSessionKey(/** @type {string | undefined} */ sessionKey) 
  * memd's visibility rule for OpenClaw's authorizeSearchHits: memory hits pass; a transcript hit
  * passes only to a requester of the same agent (known from its session key), never when
  * sandboxed and never when the requester says nothing.
+ * @template {{ source?: string }} Hit
+ * @param {{ agentId?: string, requesterSessionKey?: string, sandboxed?: boolean, hits: Hit[] }} params
+ * @returns {Hit[]}
  */
 export function authorizeHits({ agentId, requesterSessionKey, sandboxed, hits }) {
   const requester = agentOfSessionKey(requesterSessionKey);
@@ -75,7 +81,7 @@ export class AgentWorkspace {
   }
 
   /** Call `method` for this workspace; resolves to memd's result or rejects with MemdError. */
-  async call(/** @type {string} */ method, /** @type {Record<string, unknown>} */ params = {}, /** @type {any} */ options = {}) {
+  async call(/** @type {string} */ method, /** @type {Record<string, unknown>} */ params = {}, /** @type {import("./client.js").CallOptions} */ options = {}) {
     const body = { workspace: this.workspace, ...params };
     try {
       return await this.client.call(method, body, options);
@@ -111,7 +117,13 @@ export class MemdSearchManager {
     return this;
   }
 
-  async search(/** @type {string} */ query, /** @type {any} */ opts = {}) {
+  /**
+   * @param {string} query
+   * @param {{ maxResults?: number, minScore?: number, sources?: string[], lexicalOnly?: boolean,
+   *   sessionKey?: string, signal?: AbortSignal }} [opts]
+   * @returns {Promise<SearchResult[]>}
+   */
+  async search(query, opts = {}) {
     const reply = await this.target.call(
       "search",
       {
@@ -196,7 +208,7 @@ export class MemdSearchManager {
     };
   }
 
-  async sync(/** @type {any} */ params = {}) {
+  async sync(/** @type {{ force?: boolean, reason?: string }} */ params = {}) {
     await this.target.call(
       "reindex",
       { force: Boolean(params.force), wait: true },
@@ -218,7 +230,7 @@ export class MemdSearchManager {
     if (!this.memdStatus) return { ok: false, checked: true, error: this.lastError?.message ?? "memd is unavailable" };
     const provider = this.memdStatus.provider ?? {};
     if ((provider.active ?? "none") === "none") {
-      const skipped = (provider.skipped ?? []).map((s) => `${s.provider}: ${s.reason}`).join("; ");
+      const skipped = (provider.skipped ?? []).map((/** @type {{ provider: string, reason: string }} */ s) => `${s.provider}: ${s.reason}`).join("; ");
       return { ok: false, checked: true, error: `keyword-only: no embedding provider${skipped ? ` (${skipped})` : ""}` };
     }
     return { ok: true, checked: true };

@@ -1,3 +1,4 @@
+// @ts-check
 // What memd adds to a session's prompt: the recall instructions, the session-start context
 // (MEMORY.md, today's and yesterday's logs under the caller's scope) and the flush plan.
 //
@@ -62,7 +63,7 @@ export class SessionMemory {
     await Promise.all(work);
   }
 
-  async fetchContext(/** @type {string} */ agentId, /** @type {any} */ ctx, /** @type {string} */ key) {
+  async fetchContext(/** @type {string} */ agentId, /** @type {{ sessionKey?: string, sessionId?: string }} */ ctx, /** @type {string} */ key) {
     try {
       const reply = await this.resolve(agentId).call(
         "context",

@@ -1,3 +1,4 @@
+// @ts-check
 // The memory_search and memory_get tools an agent calls, answered by memd. A failure is a tool
 // result that says what went wrong and what to do, never a thrown error.
 
@@ -62,13 +63,20 @@ export function actionFor(/** @type {import("./client.js").MemdError} */ err) {
       return "Check the tool's arguments and call it again.";
     case "PROVIDER_UNAVAILABLE":
       return "The embedding provider is unavailable; keyword search still works. Check `memctl status`.";
+    case "CONFIG":
+      return "Fix the setting the error names (a MEMD_* variable, HOME, or memd's config file).";
     default:
       return "Check `memctl status` and memd's log.";
   }
 }
 
-/** An error as a tool result: text the model can act on, and the same as data. */
-export function failure(/** @type {unknown} */ error, /** @type {Record<string, unknown>} */ extra = {}) {
+/**
+ * An error as a tool result: text the model can act on, and the same as data.
+ * @param {unknown} error
+ * @param {Record<string, unknown>} [extra]
+ * @returns {{ content: { type: "text", text: string }[], details: Record<string, unknown> }}
+ */
+export function failure(error, extra = {}) {
   const err = asMemdError(error);
   const action = actionFor(err);
   const unavailable = err.unavailable || err.kind === "UNKNOWN_WORKSPACE";
@@ -87,7 +95,7 @@ function result(/** @type {string} */ text, /** @type {unknown} */ details) {
 }
 
 /** OpenClaw's corpus -> memd sources ("wiki" has no counterpart in memd: it is memory). */
-function sourcesOfCorpus(/** @type {string | undefined} */ corpus) {
+export function sourcesOfCorpus(/** @type {string | undefined} */ corpus) {
   if (corpus === "sessions") return ["sessions"];
   if (corpus === "memory" || corpus === "wiki") return ["memory"];
   return undefined;
@@ -105,12 +113,18 @@ export function splitCitation(/** @type {string} */ path) {
   return { path: m.groups.path, from: start, lines: end === undefined ? undefined : end - start + 1 };
 }
 
-export function searchText(/** @type {string} */ query, /** @type {any} */ details) {
+/**
+ * The text of a memory_search result.
+ * @param {string} query
+ * @param {{ results: import("./manager.js").SearchResult[], freshness?: { fresh?: boolean, pending_files?: number },
+ *   note?: string }} details
+ */
+export function searchText(query, details) {
   const hits = details.results;
   const lines = hits.length
     ? [`${hits.length} memory hit(s) for ${JSON.stringify(query)}:`]
     : [`No memory matches ${JSON.stringify(query)}.`];
-  hits.forEach((/** @type {any} */ hit, /** @type {number} */ i) => {
+  hits.forEach((hit, i) => {
     lines.push("", `${i + 1}. ${hit.citation} (score ${hit.score.toFixed(2)})`);
     for (const line of hit.snippet.split("\n")) lines.push(`   ${line}`);
   });
