@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, cast
@@ -121,18 +121,20 @@ class Dreams:
             if bool_param(params, "apply"):
                 result = _waited(self.start(ws, phases), "dream", "DREAMS.md")
             else:  # a preview computes the run on copies and writes nothing
-                result = self._run(ws, phases, apply=False)
+                result = self._run(ws, phases, apply=False)()
         result = self._shown_to(ws, caller, result)
         result["workspace"] = ws.name
         return cast(DreamResult, result)
 
     def start(self, ws: Workspace, phases: Sequence[str] = PHASES) -> Future[dict[str, Any]]:
         """Submit a dreaming run that writes (the schedule's, or ``dream`` with ``apply``)."""
-        return self.ctx.writer.submit(
-            ws, functools.partial(self._run, ws, phases, apply=True), indexes=written_by
-        )
+        return self.ctx.writer.submit(ws, self._run(ws, phases, apply=True), indexes=written_by)
 
-    def _run(self, ws: Workspace, phases: Sequence[str], *, apply: bool) -> dict[str, Any]:
+    def _run(
+        self, ws: Workspace, phases: Sequence[str], *, apply: bool
+    ) -> Callable[[], dict[str, Any]]:
+        """The dreaming run, ready to call: dreams.dream.run_dream with what it needs from the
+        configuration, the embedder and the workspace, taken now."""
         config = self.ctx.config
         embedder = self.ctx.service.embedder
         threshold = meaning_threshold(embedder.model) if embedder is not None else None
@@ -147,7 +149,8 @@ class Dreams:
         vectors = (
             cached_vectors(embedder, self.ctx.service.cache) if embedder and threshold else None
         )
-        return run_dream(
+        return functools.partial(
+            run_dream,
             ws.root,
             options,
             vectors=vectors,
