@@ -21,7 +21,7 @@ from pathlib import Path
 from memd.config import Config
 from memd.embed.llama import LlamaEmbedder
 from memd.embed.process import ProcessEmbedder
-from memd.embed.worker import WorkerEmbedder
+from memd.embed.queued import QueuedEmbedder
 from memd.index.cache import EmbeddingCache
 from memd.index.chunk import chunk_text, vector_lines
 from memd.index.index import Index
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="memd-bench-") as home:
         config = Config.load(env={"MEMD_HOME": home})
         cache = EmbeddingCache(config.cache_path)
-        embedder = WorkerEmbedder(
+        embedder = QueuedEmbedder(
             ProcessEmbedder(args.model, threads=args.threads, batch_size=args.batch)
         )
         embedder.embed_query("warm up")

@@ -34,7 +34,6 @@ from memd.dreams.schedule import Schedule
 from memd.embed.autopull import ModelPull, wanted
 from memd.embed.select import Choice
 from memd.heap import release_memory, trim_heap
-from memd.indexer import RECONCILE, WATCH, Indexer
 from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
 from memd.ipc.activation import Activation, inherited_socket
 from memd.ipc.context import Context
@@ -46,6 +45,7 @@ from memd.readers import ReaderPool
 from memd.registry import Workspaces, load_registry
 from memd.service import MemoryService
 from memd.watch import RESCAN_SESSIONS, Watchers
+from memd.writer import RECONCILE, WATCH, Writer
 from memd_client.errors import MemdError
 from memd_client.paths import socket_path
 
@@ -54,7 +54,6 @@ __all__ = ["EXIT_ALREADY_RUNNING", "EXIT_OK", "EXIT_STARTUP_FAILURE", "Daemon", 
 logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
-EXIT_USAGE = 2
 EXIT_STARTUP_FAILURE = 3
 EXIT_ALREADY_RUNNING = 4
 
@@ -224,7 +223,7 @@ class Daemon:
                 )
                 break
             busy = (
-                parts.indexer.jobs_done + parts.dispatcher.calls,
+                parts.writer.jobs_done + parts.dispatcher.calls,
                 any(ws.syncer.rebuilding for ws in parts.registry.all()),
             )
             if busy != (work_seen, False):
@@ -250,7 +249,7 @@ class Daemon:
             if now >= next_reconcile:
                 next_reconcile = now + self.config.watch.reconcile_seconds
                 for ws in parts.registry.all():
-                    parts.indexer.request_sync(ws, priority=RECONCILE)
+                    parts.writer.request_sync(ws, priority=RECONCILE)
             if now >= next_sessions_check:
                 next_sessions_check = now + self.config.sessions.check_seconds
                 self._check_sessions(parts)
@@ -269,7 +268,7 @@ class Daemon:
         if self.parts is not None:
             # A rebuild is abandoned first: a reindex waiting for it is answered (BUSY) before
             # its connection is closed, and nothing waits for the rebuild to finish.
-            self.parts.indexer.abandon_rebuilds()
+            self.parts.writer.abandon_rebuilds()
             self.parts.close()
             self.parts = None
         while self._lock_fds:  # the lock files stay; unlinking them would reopen the race
@@ -357,7 +356,7 @@ class Daemon:
             return
         parts.service.adopt(choice)
         for ws in parts.registry.all():
-            parts.indexer.request_sync(ws)
+            parts.writer.request_sync(ws)
 
     def _take_socket(self) -> None:
         """With socket activation, serve on the socket the service manager passed (at the
@@ -407,7 +406,7 @@ class Daemon:
         for ws in parts.registry.all():
             try:
                 if ws.syncer.sessions_due():
-                    parts.indexer.request_sync(ws, {RESCAN_SESSIONS})
+                    parts.writer.request_sync(ws, {RESCAN_SESSIONS})
             except Exception as exc:
                 logger.warning("checking transcripts of %s failed: %s", ws.name, exc)
 
@@ -465,7 +464,7 @@ class _Idle:
             or parts.server.connections > 0
             or (parts.ctx.model_pull is not None and parts.ctx.model_pull.busy)
             or any(
-                parts.indexer.pending(ws) or ws.syncer.rebuilding or ws.syncer.has_pending()
+                parts.writer.pending(ws) or ws.syncer.rebuilding or ws.syncer.has_pending()
                 for ws in parts.registry.all()
             )
         )
@@ -480,7 +479,7 @@ class Parts:
     """Everything a running daemon is made of, built once by :func:`build`."""
 
     service: MemoryService
-    indexer: Indexer
+    writer: Writer
     recorder: RecallRecorder
     schedule: Schedule | None
     watchers: Watchers
@@ -520,9 +519,9 @@ def build(
         service = MemoryService(config, choice=choice)
         stack.callback(service.close)
         service.readers = ReaderPool(config.search.reader_processes)
-        indexer = Indexer(service.registry, clock=clock)
-        indexer.start()
-        stack.callback(indexer.stop)
+        writer = Writer(service.registry, clock=clock)
+        writer.start()
+        stack.callback(writer.stop)
         recorder = RecallRecorder(timezone=config.timezone, clock=clock)
         recorder.start()
         stack.callback(recorder.stop)
@@ -538,8 +537,8 @@ def build(
         registry_file = config.state_dir / "workspaces.json"
         service.registry.attach(
             watchers=watchers,
-            changes=indexer.changes_of,
-            sync=lambda ws, keys, reconcile: indexer.request_sync(
+            changes=writer.changes_of,
+            sync=lambda ws, keys, reconcile: writer.request_sync(
                 ws, keys, priority=RECONCILE if reconcile else WATCH
             ),
             registry_file=registry_file,
@@ -553,7 +552,7 @@ def build(
         stack.callback(keys.close)
         ctx = Context(
             service,
-            indexer,
+            writer,
             watchers,
             clock=clock,
             registry_file=registry_file,
@@ -571,7 +570,7 @@ def build(
         server.start()
         parts = Parts(
             service,
-            indexer,
+            writer,
             recorder,
             schedule,
             watchers,

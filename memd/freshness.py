@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from memd.index.store import Store
-from memd.indexer import Indexer
 from memd.markdown.discover import memory_file
 from memd.watch import RESCAN_ALL, RESCANS, Watchers
 from memd.workspace import Workspace
+from memd.writer import Writer
 
 __all__ = ["Claim", "check", "count_stale", "freshness", "stale_keys", "workspace_problems"]
 
@@ -74,7 +74,7 @@ class Claim:
 
 def freshness(
     ws: Workspace,
-    indexer: Indexer,
+    writer: Writer,
     watchers: Watchers,
     *,
     since: float | None = None,
@@ -86,7 +86,7 @@ def freshness(
     """The freshness map of a reply about ``ws`` in search ``mode`` (see :func:`check`)."""
     claim = check(
         ws,
-        indexer,
+        writer,
         watchers,
         since=since,
         waited_ms=waited_ms,
@@ -98,7 +98,7 @@ def freshness(
 
 def check(
     ws: Workspace,
-    indexer: Indexer,
+    writer: Writer,
     watchers: Watchers,
     *,
     since: float | None = None,
@@ -119,12 +119,12 @@ def check(
     probe = watchers.probe(ws.root)
     watcher = watchers.state(ws.root)
     watched = set(watcher.get("pending_keys") or ())
-    queued, running = indexer.pending_keys(ws)
+    queued, running = writer.pending_keys(ws)
     probed = set(probe.keys) if probe is not None else set()
     keys = (watched | queued | probed) - RESCANS - running
 
     def rescanned(when: float) -> bool:
-        return indexer.rescanned_since(ws, when)
+        return writer.rescanned_since(ws, when)
 
     with ws.index.reader() as store:
         generation = store.generation()
@@ -145,7 +145,7 @@ def check(
     if RESCAN_ALL in watched and not walked and not rescanned(watcher.get("rescan_at") or since):
         pending += 1  # the watcher asks for a rescan (a folder changed, events were lost)
     problems = workspace_problems(ws, watcher.get("state"))
-    unread = indexer.walk_errors(ws)
+    unread = writer.walk_errors(ws)
     problems += [f"{rel or 'the index'}: {why}" for rel, why in unread[:5]]
     if len(unread) > 5:
         problems.append(f"... and {len(unread) - 5} more files the last walk could not index")

@@ -15,10 +15,10 @@ from typing import Any
 from memd.config import Config
 from memd.embed.base import Embedder, Vectors
 from memd.embed.batch import Batches
+from memd.embed.queued import QueuedEmbedder
 from memd.embed.remote import OpenAIEmbedder, RemoteEmbedder
 from memd.embed.select import Choice, choose_embedder
 from memd.embed.usage import Usage
-from memd.embed.worker import WorkerEmbedder
 from memd.index.cache import EmbeddingCache
 from memd.index.store import DumpRow
 from memd.index.sync import UNCAPPED, Progress, SyncReport
@@ -53,10 +53,10 @@ class MemoryService:
         self.remote = inner if isinstance(inner, RemoteEmbedder) else None
         if self.remote is not None:
             self.remote.usage = self.usage
-        if inner is not None and not isinstance(inner, WorkerEmbedder):
+        if inner is not None and not isinstance(inner, QueuedEmbedder):
             # One thread owns the model; searches' query embeddings jump the indexing queue.
             try:
-                self.choice.embedder = WorkerEmbedder(
+                self.choice.embedder = QueuedEmbedder(
                     inner, query_timeout=config.embedding.timeout_seconds
                 )
             except ProviderUnavailable as exc:
@@ -142,8 +142,8 @@ class MemoryService:
         workspace's writer embeds with it, and an index built without it is rebuilt at its next
         sync (its identity differs), keyword search answering from the old one meanwhile."""
         inner = choice.embedder
-        if inner is not None and not isinstance(inner, WorkerEmbedder):
-            worker = WorkerEmbedder(inner, query_timeout=self.config.embedding.timeout_seconds)
+        if inner is not None and not isinstance(inner, QueuedEmbedder):
+            worker = QueuedEmbedder(inner, query_timeout=self.config.embedding.timeout_seconds)
             choice = Choice(
                 worker, choice.requested, protect=choice.protect, skipped=choice.skipped
             )

@@ -449,7 +449,7 @@ def test_replies_that_find_the_count_old_together_take_one_new_count(
         # the writer waits on a job of its own: the bulk edit stays pending
         release = threading.Event()
         agent = daemon.parts.registry.get("agent")
-        held = daemon.parts.indexer.submit(agent, lambda: {"waited": release.wait(60)})
+        held = daemon.parts.writer.submit(agent, lambda: {"waited": release.wait(60)})
         try:
             edit_100_files_until_pending(c, ws)
             monkeypatch.setattr(freshness_module, "stale_keys", slow)
@@ -511,13 +511,13 @@ def test_an_append_waits_for_one_slice_of_a_bulk_edit_not_all_of_it(
     """A ``git checkout`` of 300 files is indexed SYNC_SLICE files per writer job; an append
     made meanwhile indexes only the daily log it wrote, after the slice that is running. The
     sync someone waited for still resolves once every file is in."""
-    from memd.indexer import SYNC_SLICE
+    from memd.writer import SYNC_SLICE
 
     with client(daemon) as c:
         c.call("workspace_add", path=str(ws), name="agent")
         c.call("reindex", workspace="agent")
     assert daemon.parts is not None
-    indexer, agent = daemon.parts.indexer, daemon.parts.registry.get("agent")
+    writer, agent = daemon.parts.writer, daemon.parts.registry.get("agent")
     (ws / "memory" / "bulk").mkdir()
     rels = {f"memory/bulk/n{n:03d}.md" for n in range(300)}
     for rel in rels:
@@ -531,8 +531,8 @@ def test_an_append_waits_for_one_slice_of_a_bulk_edit_not_all_of_it(
             seen.append(sum(1 for rel in store.files() if rel.startswith("memory/bulk/")))
         counted.set()
 
-    synced = indexer.request_sync(agent, set(rels))
-    appended = indexer.append(agent, "an urgent note during the checkout")
+    synced = writer.request_sync(agent, set(rels))
+    appended = writer.append(agent, "an urgent note during the checkout")
     appended.add_done_callback(count_bulk)
     assert appended.result(30).path.startswith("memory/") and counted.wait(5)
     assert seen and seen[0] <= SYNC_SLICE < len(rels), seen
@@ -567,7 +567,7 @@ def test_the_writer_reads_without_queueing_behind_searches(daemon: Daemon, ws: P
     holder.start()
     try:
         assert held.wait(5)
-        appended = daemon.parts.indexer.append(agent, "written while every reader is out")
+        appended = daemon.parts.writer.append(agent, "written while every reader is out")
         assert appended.result(10).path.startswith("memory/")
     finally:
         release.set()

@@ -320,10 +320,10 @@ def test_a_query_stops_the_running_document_job_which_is_run_again(tmp_path: Pat
     vectors are those of an undisturbed run and the worker did not die."""
     import threading
 
-    from memd.embed.worker import WorkerEmbedder
+    from memd.embed.queued import QueuedEmbedder
 
     inner = embedder(tmp_path)
-    wrapped = WorkerEmbedder(inner)
+    wrapped = QueuedEmbedder(inner)
     # About 350 tokens each, over 1,024 characters: one job per text.
     texts = [
         " ".join(f"word{i} about the orion cluster" for i in range(50)) + f" {n}" for n in range(3)

@@ -146,7 +146,7 @@ def test_a_reindex_while_memd_stops_is_busy_not_internal(tmp_path: Path, force: 
         with memd_client.connect(daemon.socket_path) as c:
             c.workspace_add(ws, name="notes")
             assert daemon.parts is not None
-            daemon.parts.indexer.abandon_rebuilds()
+            daemon.parts.writer.abandon_rebuilds()
             if force:
                 with pytest.raises(Busy, match="shutting down"):
                     c.reindex("notes", force=True)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from memd.config import EmbeddingConfig
+from memd.embed.queued import QueuedEmbedder
 from memd.embed.remote import create_remote
-from memd.embed.worker import WorkerEmbedder
 
 from .daemon_fixture import wait_for
 from .provider_server import FakeProvider, Reply, Seen
@@ -112,7 +112,7 @@ def test_a_query_never_waits_behind_documents(server: FakeProvider) -> None:
         return reply(seen)
 
     server.responder = slow_documents
-    e = WorkerEmbedder(make("openai", server), query_timeout=10)
+    e = QueuedEmbedder(make("openai", server), query_timeout=10)
     documents = threading.Thread(target=e.embed_batch, args=(texts(160, 800),))
     documents.start()
     try:

@@ -10,7 +10,7 @@ import pytest
 
 from memd.embed.base import Kind, Preempted, Vectors
 from memd.embed.fake import EmbedFailure, FakeEmbedder
-from memd.embed.worker import EmbeddingWorker, WorkerEmbedder
+from memd.embed.queued import EmbeddingQueue, QueuedEmbedder
 
 
 class Recording(FakeEmbedder):
@@ -31,7 +31,7 @@ class Recording(FakeEmbedder):
 
 def test_query_jumps_ahead_of_queued_documents() -> None:
     inner = Recording()
-    worker = EmbeddingWorker(inner)
+    worker = EmbeddingQueue(inner)
     try:
         docs = [worker.submit([f"doc{i}"], "document") for i in range(4)]
         assert inner.started.wait(5)  # doc0 is running; doc1..doc3 wait in the queue
@@ -48,7 +48,7 @@ def test_query_jumps_ahead_of_queued_documents() -> None:
 
 def test_errors_reach_the_caller_and_the_worker_survives() -> None:
     inner = FakeEmbedder(dims=8)
-    wrapped = WorkerEmbedder(inner)
+    wrapped = QueuedEmbedder(inner)
     try:
         inner.fail = True
         with pytest.raises(EmbedFailure):
@@ -63,7 +63,7 @@ def test_errors_reach_the_caller_and_the_worker_survives() -> None:
 
 def test_stop_fails_queued_jobs_and_joins() -> None:
     inner = Recording()
-    worker = EmbeddingWorker(inner)
+    worker = EmbeddingQueue(inner)
     running = worker.submit(["first"], "document")
     queued = worker.submit(["second"], "document")
     assert inner.started.wait(5)
@@ -82,7 +82,7 @@ def test_start_query_returns_before_the_vector_is_ready() -> None:
     # A search runs its keyword half while its query is embedded: start_query must not block
     # on the embedder, and its future carries the vector (or the embedder's error).
     inner = Recording()
-    wrapped = WorkerEmbedder(inner)
+    wrapped = QueuedEmbedder(inner)
     try:
         future = wrapped.start_query("the query")
         assert inner.started.wait(5)
@@ -105,7 +105,7 @@ def test_start_query_returns_before_the_vector_is_ready() -> None:
 
 def test_a_document_batch_goes_in_small_jobs_so_a_query_waits_for_one() -> None:
     inner = Recording()
-    wrapped = WorkerEmbedder(inner)
+    wrapped = QueuedEmbedder(inner)
     texts = [f"chunk{i:02d} " + "x" * 400 for i in range(32)]  # 32 texts of 408 characters
     done: dict[str, Vectors] = {}
     try:
@@ -129,7 +129,7 @@ def test_a_document_batch_goes_in_small_jobs_so_a_query_waits_for_one() -> None:
 def test_one_long_text_is_one_job() -> None:
     inner = Recording()
     inner.gate.set()
-    wrapped = WorkerEmbedder(inner)
+    wrapped = QueuedEmbedder(inner)
     try:
         vectors = wrapped.embed_batch(["y" * 5000, "z" * 5000, "short"])
     finally:
@@ -167,7 +167,7 @@ def test_a_query_stops_a_document_job_once_at_most() -> None:
     """Queries arriving faster than a job takes must not starve it: stopped once, it runs to
     its end, and the queries after that wait for it."""
     inner = Stoppable()
-    worker = EmbeddingWorker(inner)
+    worker = EmbeddingQueue(inner)
     try:
         doc = worker.submit(["the document"], "document")
         assert inner.running.acquire(timeout=5)

@@ -5,7 +5,7 @@ Each method is written as the builder of its request (a :class:`Call`: method, p
 ``c.search(...)`` has one signature and one body: it returns a :class:`SearchResult` from the
 blocking client and a coroutine of one from the asyncio client.
 
-Over 400 lines: one builder per protocol method (15), each with its parameters documented.
+Over 400 lines: one builder per protocol method (14), each with its parameters documented.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ CLOUD_CONCURRENCY = 4
 CLOUD_REQUEST_TOKENS = 8192
 # Ollama or a server of your own computes one request at a time on its own CPU or GPU: a query
 # sent meanwhile waits behind the request it is running, so requests stay at about 1 KB of
-# text, as for the local model (memd/embed/worker.py).
+# text, as for the local model (memd/embed/queued.py).
 SERVER_REQUEST_TOKENS = 256
 # Threads that send search queries, apart from the document requests.
 QUERY_THREADS = 4

@@ -28,7 +28,7 @@ import numpy as np
 from memd.config import IndexConfig, SessionsConfig
 from memd.embed.base import BadVectors, Embedder, Vectors, check_vectors
 from memd.embed.batch import Batches
-from memd.embed.worker import document_jobs
+from memd.embed.queued import document_jobs
 from memd.index.cache import EmbeddingCache
 from memd.index.chunk import LINES_VERSION, Chunk, chunk_resumable, fit_to_model, vector_lines
 from memd.index.db import atomic, translate_errors

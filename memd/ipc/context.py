@@ -21,13 +21,13 @@ from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.embed.autopull import ModelPull
 from memd.freshness import check as check_freshness
-from memd.indexer import URGENT, Indexer
 from memd.once import AppendKeys
 from memd.params import str_param
 from memd.scopes import Caller, allowed_sources
 from memd.service import MemoryService
 from memd.watch import Watchers
 from memd.workspace import Workspace
+from memd.writer import URGENT, Writer
 from memd_client.errors import BadRequest, MemdError
 from memd_client.types import Freshness
 
@@ -47,7 +47,7 @@ class Context:
     """The daemon's parts as the methods see them; thread-safe as the parts are."""
 
     service: MemoryService
-    writer: Indexer
+    writer: Writer
     watchers: Watchers
     clock: Callable[[], datetime] | None
     registry_file: Path

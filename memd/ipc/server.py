@@ -128,7 +128,6 @@ class Server:
         self._clients: dict[int, tuple[socket.socket, threading.Thread]] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self.refused_peers = 0
         self.closed_bad = 0
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
         self._busy_slots = threading.BoundedSemaphore(BUSY_THREADS)
@@ -260,7 +259,6 @@ class Server:
             return
         uid = peer_uid(conn)
         if uid is not None and uid != self.uid:
-            self.refused_peers += 1
             logger.warning("refused a connection from uid %d", uid)
             conn.close()
             return

@@ -11,13 +11,13 @@ from datetime import date
 from typing import Any, cast
 
 from memd.flush import SILENT_REPLY, check_flush_target, daily_log, is_silent
-from memd.indexer import URGENT
 from memd.ipc.context import Context
 from memd.once import APPEND_KEY_SECONDS, APPEND_KEYS_KEPT, AppendKeys, Once, crash_point
 from memd.params import bool_param, only, str_param
 from memd.scopes import Caller
 from memd.text import first_control
 from memd.workspace import Workspace
+from memd.writer import URGENT
 from memd_client.errors import BadRequest, MemdError, Timeout
 from memd_client.types import AppendResult, ReindexEstimate, ReindexReport, ReindexResult
 

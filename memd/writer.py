@@ -28,7 +28,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memd.embed.worker import DOCUMENT_JOB_CHARS
+from memd.embed.queued import DOCUMENT_JOB_CHARS
 from memd.index.index import reads_first
 from memd.index.sync import SyncReport
 from memd.markdown.append import Appended, append_daily
@@ -37,7 +37,7 @@ from memd.watch.layout import RESCAN_ALL, RESCANS
 from memd.workspace import Workspace
 from memd_client.errors import Busy, IndexError_, PathRefused, UnknownWorkspace
 
-__all__ = ["Indexer", "URGENT", "WATCH", "RECONCILE"]
+__all__ = ["Writer", "URGENT", "WATCH", "RECONCILE"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class _State:
     walk_errors: list[tuple[str, str]] = field(default_factory=list)  # of the last walk
 
 
-class Indexer:
+class Writer:
     def __init__(
         self,
         workspaces: Workspaces,
@@ -281,9 +281,6 @@ class Indexer:
         with self._lock:
             state = self._states.get(ws.root)
             return state is not None and state.sync_started_at > when
-
-    def rebuilding(self, ws: Workspace) -> bool:
-        return ws.syncer.rebuilding
 
     def _check_running(self) -> None:
         if self._stopping.is_set():

@@ -1,4 +1,6 @@
-"""One thread that owns an embedder; query embeddings jump ahead of queued document batches."""
+"""The embedding queue: one thread that owns an embedder; query embeddings jump ahead of queued
+document batches. (The model worker, the process that runs a local model, is memd/embed/process.py
+and memd/embed/host.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import numpy as np
 from memd.embed.base import Embedder, Kind, Preempted, Vectors
 from memd_client.errors import ProviderUnavailable
 
-__all__ = ["DOCUMENT_JOB_CHARS", "EmbeddingWorker", "WorkerEmbedder", "document_jobs"]
+__all__ = ["DOCUMENT_JOB_CHARS", "EmbeddingQueue", "QueuedEmbedder", "document_jobs"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +39,7 @@ class _Job:
     stopped: bool = field(compare=False, default=False)  # once stopped for a query
 
 
-class EmbeddingWorker:
+class EmbeddingQueue:
     """Serialises every call into an embedder through one thread (llama.cpp is not re-entrant).
 
     Jobs are served by priority: a search's query waits for at most the document job that is
@@ -182,8 +184,8 @@ def _with_deadline(
     return future
 
 
-class WorkerEmbedder(Embedder):
-    """An Embedder whose calls all run on an EmbeddingWorker; same identity as the inner one.
+class QueuedEmbedder(Embedder):
+    """An Embedder whose calls all run on an EmbeddingQueue; same identity as the inner one.
 
     An inner embedder with threads of its own (``own_threads``: a remote API, whose requests
     run in parallel and whose queries never wait for documents) is called directly instead.
@@ -193,7 +195,7 @@ class WorkerEmbedder(Embedder):
 
     def __init__(self, inner: Embedder, *, query_timeout: float | None = None) -> None:
         self.inner = inner
-        self.worker = EmbeddingWorker(inner)
+        self.worker = EmbeddingQueue(inner)
         self.provider = inner.provider
         self.model = inner.model
         self.dims = inner.dims
