@@ -196,7 +196,9 @@ def test_memctl_promote_lists_the_keys_explain_takes(tmp_path: Path) -> None:
             c.reindex("agent")
             for day, query in enumerate(["cat name", "the cat", "cat called", "user cat"], 1):
                 clock.when = datetime(2026, 3, 29, 10, tzinfo=UTC) + timedelta(days=day)
-                c.search("agent", query)
+                # Each search waits for the vectors: a keyword-only answer while they were
+                # pending (a loaded machine) scores the recall lower than the promotion needs.
+                c.search("agent", query, wait_ms=10_000)
             key = c.promote("agent")["candidates"][0]["key"]
         code, text = _memctl(d.socket_path, "promote", "-w", "agent")
         assert code == 0 and f"key {key}" in text, text
