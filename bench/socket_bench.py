@@ -32,6 +32,9 @@ import psutil
 import memd_client
 
 ROOT = Path(__file__).resolve().parent.parent
+# A benchmark's clients never start a memd of their own: one that connected before the
+# benchmark's daemon listened would start another, with the benchmark's settings missing.
+os.environ["MEMD_AUTOSTART"] = "0"
 SHARED = ROOT.parent / "shared"
 
 
