@@ -21,9 +21,8 @@ from .daemon_fixture import running_daemon, wait_for
 
 
 class SlowEmbedder(FakeEmbedder):
-    """A FakeEmbedder that takes two seconds a document batch until ``go`` is set: the first
-    index is still embedding when the rebuild starts, so the rebuild embeds too and lasts
-    seconds, long enough to be interrupted on a loaded machine."""
+    """A FakeEmbedder that takes two seconds a document batch until ``go`` is set, so that
+    the rebuild embeds too and lasts long enough to be interrupted on a loaded machine."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -38,7 +37,10 @@ class SlowEmbedder(FakeEmbedder):
 def test_ctrl_c_stops_waiting_and_the_rebuild_goes_on(tmp_path: Path) -> None:
     ws = tmp_path / "agent"
     (ws / "memory").mkdir(parents=True)
-    for i in range(60):
+    # Enough files that the first index is still embedding (two seconds a batch) when memctl,
+    # started as a process of its own, asks for the rebuild: a rebuild of files whose vectors
+    # are all there copies them and ends before the signal.
+    for i in range(300):
         (ws / "memory" / f"topic-{i}.md").write_text(f"# Topic {i}\n\nnote {i} about vega\n")
     embedder = SlowEmbedder()
     with running_daemon(embedder=embedder) as daemon:
@@ -78,5 +80,5 @@ def test_ctrl_c_stops_waiting_and_the_rebuild_goes_on(tmp_path: Path) -> None:
                 lambda: not c.status("agent")["workspaces"][0]["rebuilding"],
                 "the rebuild to finish",
             )
-            found = c.search("agent", "note 59 vega", wait_ms=5000)
+            found = c.search("agent", "note 59 vega", wait_ms=20_000)
             assert found["results"] and found["freshness"]["fresh"]
