@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from memd.config import EmbeddingConfig
-from memd.embed.host import FAULT_ENV
+from memd.embed.host import FAULT_ENV, IDLE_SHRINK_S
 from memd.embed.process import ModeMemory, ProcessEmbedder, cpu_signature
 from memd.embed.select import choose_embedder
 from memd_client.errors import ProviderUnavailable
@@ -87,6 +87,41 @@ def test_multilingual_e5_reference_vectors_with_its_prefixes(tmp_path: Path) -> 
     for q, p, expected in zip(queries, passages, ref["vectors"]):
         assert cosine(q, expected["query"]) >= 0.99, expected["text"]
         assert cosine(p, expected["passage"]) >= 0.99, expected["text"]
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+@needs_e5
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads RSS from /proc")
+def test_an_idle_worker_gives_back_what_long_documents_grew(tmp_path: Path) -> None:
+    """llama.cpp grows an output buffer of a logits row per token it embeds (1 MB a token with
+    e5's 250k vocabulary) and never shrinks it; the worker replaces the context once idle."""
+    e = ProcessEmbedder(E5, threads=2, memory=ModeMemory(tmp_path / "modes.json"))
+    try:
+        e.embed_batch(["where did we go hiking"], kind="query")
+        pid = e.health()["pid"]
+        time.sleep(IDLE_SHRINK_S + 1.0)  # the query's own few rows given back too
+        loaded = _rss_mb(pid)
+        # 8 rows reserved at load, not 256 (245 MB with e5): python, numpy, the mapped model
+        # and its vocabulary come to about 250 MB
+        assert loaded < 400, f"worker holds {loaded:.0f} MB with nothing embedding"
+        long_text = " ".join(f"fact {i} about the garden" for i in range(60))  # ~360 tokens
+        e.embed_batch([long_text] * 3)
+        grown = _rss_mb(pid)
+        assert grown > loaded + 200, "the documents did not grow the buffer: nothing shown"
+        deadline = time.monotonic() + IDLE_SHRINK_S + 15
+        while _rss_mb(pid) > loaded + 60 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _rss_mb(pid) <= loaded + 60, f"{grown:.0f} MB grown, {_rss_mb(pid):.0f} MB idle"
+        assert e.embed_batch(["where did we go hiking"], kind="query").shape == (1, 384)
+        assert e.health()["pid"] == pid, "the worker restarted instead of shrinking"
+    finally:
+        e.close()
 
 
 def test_crash_at_load_falls_back_to_safe_mode_and_is_remembered(tmp_path: Path, fault) -> None:  # type: ignore[no-untyped-def]

@@ -13,6 +13,9 @@ A document embedding can be stopped for a query: the daemon sends SIGUSR1, llama
 callback sees it between two steps of the decode, and the reply is ``{"preempted": true}``;
 the daemon sends the query, then the documents again.
 
+Once no request has come for ``IDLE_SHRINK_S`` after an embedding, the worker gives back the
+output buffer llama.cpp grew for it (``LlamaEmbedder.shrink``; see memd/embed/llama.py).
+
 It exits when stdin closes (the daemon stopped or died), and on Linux also when the daemon dies
 while the worker is stuck in native code (PR_SET_PDEATHSIG).
 """
@@ -23,6 +26,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
 from typing import IO, TYPE_CHECKING, Any
 
@@ -35,6 +39,10 @@ __all__ = ["FAULT_ENV"]
 
 FAULT_ENV = "MEMD_TEST_WORKER_FAULT"
 """Test-only: make the worker crash or hang on purpose (see ``_Faults``). Never set in use."""
+
+IDLE_SHRINK_S = 2.0
+"""Seconds without a request, after an embedding, before the worker shrinks the model's output
+buffer (hundreds of MB with a large vocabulary, milliseconds to give back)."""
 
 
 class _Preemption:
@@ -93,6 +101,25 @@ def _fail(action: str) -> None:
     time.sleep(10)  # the signal is delivered before this returns
 
 
+class _Idle:
+    """Runs ``action`` once no request has come for ``seconds`` since the last ``arm()``."""
+
+    def __init__(self, seconds: float, action: Any) -> None:
+        self.seconds, self.action = seconds, action
+        self._timer: threading.Timer | None = None
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def arm(self) -> None:
+        self.cancel()
+        self._timer = threading.Timer(self.seconds, self.action)
+        self._timer.daemon = True
+        self._timer.start()
+
+
 def _die_with_parent() -> None:
     if not sys.platform.startswith("linux"):
         return  # elsewhere the closed stdin ends the worker once native code returns
@@ -114,10 +141,13 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
     engine: LlamaEmbedder | None = None
     faults = _Faults("", "")
     embeds = 0
+    idle: _Idle | None = None
     while True:
         request = frames.read(inp)
         if request is None:
             return 0
+        if idle is not None:
+            idle.cancel()
         op = request.get("op")
         try:
             if op == "load":
@@ -132,6 +162,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 )
                 engine.load()
                 engine.allow_abort(_preemption.abort)
+                idle = _Idle(IDLE_SHRINK_S, engine.shrink)
                 result: Any = {"pid": os.getpid(), "dims": engine.dims}
             elif engine is None:
                 raise ProviderUnavailable(f"{op!r} before the model was loaded")
@@ -140,6 +171,8 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 faults.at(f"embed{embeds}")
                 faults.at(str(request["kind"]))
                 vectors = _embed(engine, request["texts"], str(request["kind"]))
+                if idle is not None:
+                    idle.arm()
                 if vectors is None:
                     frames.write(out, {"preempted": True})
                     continue

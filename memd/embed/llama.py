@@ -8,6 +8,17 @@ The daemon never runs this class itself: it lives in a worker process (memd/embe
 supervised by memd/embed/process.py), because a native crash in llama.cpp must cost the vectors,
 not the daemon. ``extra_bufts=False`` turns off llama.cpp's extra CPU buffer types (AMX and
 repacked weights), whose kernels die with SIGILL or SIGSEGV on some Xeon CPUs.
+
+Memory. llama.cpp sizes a context's output buffer for logits even in embedding mode, where every
+token of a decode is an output: ``n_vocab`` × 4 bytes per token (``llama_context::output_reserve``
+in llama.cpp; 1 MB a token for multilingual-e5's 250k vocabulary, 0.12 MB for MiniLM's 30k), never
+shrunk. ``Llama()`` reserves it for ``n_seq_max`` outputs at load, and sets ``n_seq_max`` to 256
+for embeddings: 245 MiB with e5 before the first text. Two things keep it small: at most
+``MAX_SEQUENCES`` texts go into one decode (the load reserves 8 rows), and ``shrink()`` gives a
+grown buffer back by replacing the context (milliseconds; the model stays loaded), which the
+worker calls once it has been idle a moment. While documents embed, the buffer still grows to
+the tokens of the largest decode (up to ``max_tokens``): llama-cpp-python has no parameter that
+turns the logits part off.
 """
 
 from __future__ import annotations
@@ -72,6 +83,11 @@ PROBE_TEXTS = (
 )
 # Cosine above which two different probe texts count as the same vector.
 SAME_VECTOR_COSINE = 0.9999
+
+MAX_SEQUENCES = 8
+"""Texts in one decode. Each costs llama.cpp an output row of ``n_vocab`` floats at load (see
+the module's docstring), and texts packed into one decode attend over each other's cells of the
+shared cache, so 8 small decodes were no slower than one large one (docs/benchmarks.md)."""
 
 
 def prefixes_for(meta: dict[str, object]) -> Prefixes:
@@ -156,7 +172,7 @@ class LlamaEmbedder(Embedder):
                 f"local provider needs llama-cpp-python: {install_hint('local')}"
             ) from None
         try:
-            with _model_params(llama_cpp, extra_bufts=self.extra_bufts):
+            with _model_params(llama_cpp, extra_bufts=self.extra_bufts, sequences=MAX_SEQUENCES):
                 llm = Llama(
                     model_path=str(self.path),
                     embedding=True,
@@ -257,6 +273,24 @@ class LlamaEmbedder(Embedder):
             self._abort = llama_cpp.ggml_abort_callback(lambda _data: bool(callback()))
             llama_cpp.llama_set_abort_callback(llm._ctx.ctx, self._abort, None)
 
+    def shrink(self) -> None:
+        """Give back the output buffer the last decodes grew (see the module's docstring): the
+        context is replaced by a fresh one with the same parameters; the model stays loaded."""
+        import llama_cpp
+        from llama_cpp import _internals
+
+        with self._lock:
+            llm = self._llm
+            if llm is None:
+                return
+            fresh = _internals.LlamaContext(
+                model=llm._model, params=llm.context_params, verbose=False
+            )
+            old, llm._ctx = llm._ctx, fresh
+            old.close()  # idempotent: the Llama's own exit stack closes it again at the end
+            if self._abort is not None:
+                llama_cpp.llama_set_abort_callback(fresh.ctx, self._abort, None)
+
     def close(self) -> None:
         with self._lock:
             if self._llm is not None:
@@ -268,19 +302,19 @@ class LlamaEmbedder(Embedder):
 
 
 @contextlib.contextmanager
-def _model_params(llama_cpp: Any, *, extra_bufts: bool) -> Iterator[None]:
-    """Load with llama.cpp's ``use_extra_bufts`` as asked.
+def _model_params(llama_cpp: Any, *, extra_bufts: bool, sequences: int) -> Iterator[None]:
+    """Load with llama.cpp's ``use_extra_bufts`` as asked and at most ``sequences`` texts a
+    decode.
 
-    ``Llama()`` has no argument for it: it fills its model parameters from
-    ``llama_model_default_params()``, so that one call is wrapped while the model loads (the
+    ``Llama()`` has no argument for either: it fills its model parameters from
+    ``llama_model_default_params()`` and, for embeddings, sets ``n_seq_max`` to
+    ``llama_max_parallel_sequences()``; those two calls are wrapped while the model loads (the
     worker process loads one model, on one thread).
     """
     low = llama_cpp.llama_cpp
     original = low.llama_model_default_params
-    if extra_bufts:
-        yield
-        return
-    if not hasattr(original(), "use_extra_bufts"):
+    original_sequences = getattr(low, "llama_max_parallel_sequences", None)
+    if not extra_bufts and not hasattr(original(), "use_extra_bufts"):
         raise ProviderUnavailable(
             "this llama-cpp-python cannot turn off extra buffer types (needs >= 0.3.16)"
         )
@@ -290,11 +324,16 @@ def _model_params(llama_cpp: Any, *, extra_bufts: bool) -> Iterator[None]:
         params.use_extra_bufts = False
         return params
 
-    low.llama_model_default_params = safe_params
+    if not extra_bufts:
+        low.llama_model_default_params = safe_params
+    if original_sequences is not None:  # older releases decode one text at a time anyway
+        low.llama_max_parallel_sequences = lambda: min(sequences, original_sequences())
     try:
         yield
     finally:
         low.llama_model_default_params = original
+        if original_sequences is not None:
+            low.llama_max_parallel_sequences = original_sequences
 
 
 def _fingerprint(path: Path) -> str:
