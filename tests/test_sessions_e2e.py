@@ -166,7 +166,7 @@ def test_status_counts_transcripts_on_both_sides_and_reports_an_unreadable_one(
     daemon: Daemon, ws: Path
 ) -> None:
     from memd.ctl import display
-    from memd.ctl.doctor import check_workspaces
+    from memd.ctl.doctor.system import check_workspaces
 
     sessions = ws.parent / "sessions"
     (sessions / "other.jsonl").write_text(json.dumps({"role": "user", "content": "hi"}) + "\n")
