@@ -172,7 +172,7 @@ def _served(config: Config, status: Mapping[str, Any] | None) -> Check | None:
     """What the running memd embeds with, as the model check: the daemon, not this shell,
     decides (its environment and its model directory may differ). None without a daemon (or
     one too old to say): the model is then judged from here."""
-    from memd.ctl.display import model_pull_text
+    from memd.ctl.display_status import model_pull_text
     from memd.embed.models import OFFLINE_ROUTES, find_default_model
 
     name = "model"

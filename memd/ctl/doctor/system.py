@@ -115,7 +115,7 @@ def check_daemon(socket: Path | None) -> tuple[Check, dict[str, Any] | None]:
     daemon = status.get("daemon") or {}
     workspaces = status.get("workspaces") or []
     names = ", ".join(str(w.get("workspace")) for w in workspaces) or "none"
-    from memd.ctl.display import started_text
+    from memd.ctl.display_status import started_text
 
     started = f", started {started_text(daemon['started'])}" if daemon.get("started") else ""
     detail = (
