@@ -1,5 +1,5 @@
-"""``memctl status`` in words: the daemon, the embedding API's costs, and each workspace in a block of
-indented lines; stdlib only, colour is the caller's ``style``.
+"""``memctl status`` in words: the daemon, the embedding API's costs, and each workspace in a
+block of indented lines; stdlib only, colour is the caller's ``style``.
 
 Its own module: the status reply is the largest memctl formats, and only ``memctl status`` (and
 the doctor, for how memd was started and its model download) needs it; memd.ctl.display holds

@@ -1,6 +1,9 @@
 """The result maps of promote and dream: candidates and their scores, what was promoted or held
 back, and what each dreaming phase found.
 
+Its own module: one family of methods, as the daemon groups them (memd/ipc/); memd_client.types
+imports every name from here.
+
 No ``from __future__ import annotations`` here (see memd_client.types).
 """
 

@@ -1,5 +1,8 @@
 """The result maps of reindex (its reports and dry-run estimates) and of the workspace methods.
 
+Its own module: one family of methods, as the daemon groups them (memd/ipc/); memd_client.types
+imports every name from here.
+
 No ``from __future__ import annotations`` here (see memd_client.types).
 """
 

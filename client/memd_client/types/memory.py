@@ -1,5 +1,9 @@
 """The result maps of the memory methods: search, get, append, context, flush_plan, record_recall,
-and the freshness every one of them reports.
+and ``Freshness`` (how far the index was behind), which their replies and a workspace's status
+carry.
+
+Its own module: one family of methods, as the daemon groups them (memd/ipc/); memd_client.types
+imports every name from here.
 
 No ``from __future__ import annotations`` here (see memd_client.types).
 """

@@ -1,6 +1,9 @@
 """The result maps of hello and status: how the daemon was started, what it embeds with, and
 the state of each workspace, of the remote providers and of the reader processes.
 
+Its own module: one family of methods, as the daemon groups them (memd/ipc/); memd_client.types
+imports every name from here.
+
 No ``from __future__ import annotations`` here (see memd_client.types).
 """
 
