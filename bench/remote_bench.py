@@ -297,7 +297,7 @@ def run_batch(code: Path | None, extra: list[str], tmp: Path) -> dict[str, Any]:
 
 
 def status_text(status: dict[str, Any]) -> str:
-    from memd.ctl.display import status_lines
+    from memd.ctl.display_status import status_lines
 
     return "\n".join(status_lines(status, time.time()))
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memd.config import MAX_EXTRA_PATHS, Config, refused_extra_path
+from memd.config import Config, refused_extra_path
+from memd.config.parse import MAX_EXTRA_PATHS
 from memd.dreams.place import DreamPlace
 from memd.dreams.transcripts import Message, Transcript, TranscriptSource
 from memd.index.index import Index

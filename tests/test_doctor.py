@@ -11,7 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from memd.config import Config
-from memd.ctl.doctor import Check, check_inotify, run_checks
+from memd.ctl.doctor import run_checks
+from memd.ctl.doctor.check import Check
+from memd.ctl.doctor.system import check_inotify
 from memd.ctl.memctl import cli
 
 from .daemon_fixture import running_daemon

@@ -18,7 +18,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
 import memd_client
-from memd.ctl.mcp_server import get_reply, search_reply, split_citation
+from memd.ctl.mcp_replies import get_reply, search_reply, split_citation
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
 

@@ -342,7 +342,7 @@ def test_model_list_shows_files(memd_home: Path) -> None:
 
 def test_the_vector_store_line_says_what_is_off() -> None:
     """The in-memory sketch is on; what configuration turned off is sqlite-vec."""
-    from memd.ctl.display import status_lines
+    from memd.ctl.display_status import status_lines
 
     ws = {
         "workspace": "agent",

@@ -30,6 +30,7 @@ ALLOWED_MEMD = {
     "memd.ctl.memctl",
     "memd.ctl.common",
     "memd.ctl.display",
+    "memd.ctl.display_status",  # memctl status
     "memd.ctl.reads",
     "memd.ctl.quick",
     "memd.private",  # memctl's umask (stdlib only)

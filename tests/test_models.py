@@ -462,7 +462,7 @@ def test_progress_bar_draws_only_on_a_terminal() -> None:
 
 def test_the_recommended_model_is_multilingual_e5() -> None:
     """`memctl model pull` with no URI and doctor's hint fetch it (docs/benchmarks.md: why)."""
-    from memd.ctl.doctor import DEFAULT_MODEL_URI
+    from memd.ctl.doctor.embedding import DEFAULT_MODEL_URI
     from memd.embed.models import RECOMMENDED_MODEL_URI, resolve_uri
 
     source = resolve_uri(RECOMMENDED_MODEL_URI)

@@ -12,7 +12,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import memd_client
-from memd.ctl import display
+from memd.ctl import display, display_status
 from memd.ctl.memctl import cli
 from memd.embed.base import Kind, Vectors
 from memd.embed.fake import FakeEmbedder
@@ -61,7 +61,7 @@ def test_reindex_streams_progress_and_status_shows_the_rebuild(tmp_path: Path) -
             # two click runners at once would share one redirected stdout)
             with memd_client.connect(daemon.socket_path) as c:
                 while not stop.is_set():
-                    text = "\n".join(display.status_lines(c.status(), time.time()))
+                    text = "\n".join(display_status.status_lines(c.status(), time.time()))
                     if "Rebuilding: embedding" in text and "left" in text:
                         seen.append(text)
                         return

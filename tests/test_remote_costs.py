@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import memd_client
 from memd.config import Config, EmbeddingConfig, IndexConfig
-from memd.ctl.display import status_lines
+from memd.ctl.display_status import status_lines
 from memd.ctl.memctl import cli
 from memd.embed.usage import Usage
 from memd_client.errors import BadRequest

@@ -165,8 +165,8 @@ def test_transcript_get_is_redacted(daemon: Daemon, ws: Path) -> None:
 def test_status_counts_transcripts_on_both_sides_and_reports_an_unreadable_one(
     daemon: Daemon, ws: Path
 ) -> None:
-    from memd.ctl import display
-    from memd.ctl.doctor import check_workspaces
+    from memd.ctl import display_status
+    from memd.ctl.doctor.system import check_workspaces
 
     sessions = ws.parent / "sessions"
     (sessions / "other.jsonl").write_text(json.dumps({"role": "user", "content": "hi"}) + "\n")
@@ -184,7 +184,7 @@ def test_status_counts_transcripts_on_both_sides_and_reports_an_unreadable_one(
     assert "not a transcript memd reads" in st["files_skipped"][0]["reason"]
     assert st["dirty"] and st["freshness"]["skipped_files"] == 1
     assert not found["freshness"]["fresh"] and found["freshness"]["skipped_files"] == 1
-    text = "\n".join(display.status_lines(status, time.time()))
+    text = "\n".join(display_status.status_lines(status, time.time()))
     assert "Indexed: 2/3 files (1/2 transcripts)" in text
     assert "Skipped: sessions/other.jsonl (not a transcript memd reads" in text
     doctor = check_workspaces(status)

@@ -6,7 +6,8 @@ memctl search "when is the launch?" -w agent
 memctl get memory/2026-03-01.md -w agent --from 10 --lines 20
 echo "- launch moved to May" | memctl append - -w agent
 
-Over 400 lines: one short click command per subcommand; the heavy ones live in memd/ctl/*.
+The everyday commands are here; the others (workspace, model, doctor, mcp, service, start,
+promote, dream) live in modules of their own, imported when one of them runs.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ _shown = reads.shown
 _ELSEWHERE = {
     "workspace": "memd.ctl.workspaces:workspace_group",
     "model": "memd.ctl.admin:model_group",
+    "promote": "memd.ctl.dreaming:promote_cmd",
+    "dream": "memd.ctl.dreaming:dream_cmd",
     "doctor": "memd.ctl.admin:doctor_cmd",
     "mcp": "memd.ctl.admin:mcp_cmd",
     "service": "memd.ctl.admin:service_group",
@@ -274,70 +277,6 @@ def context_cmd(
         click.echo(f"(no memory for {result.get('date')}: MEMORY.md and the daily logs are empty)")
         return
     click.echo(text)
-
-
-@cli.command("promote")
-@_workspace_option()
-@click.option("--apply", is_flag=True, help="Write the candidates to MEMORY.md.")
-@click.option("--explain", metavar="KEY", default=None, help="Show one entry's score breakdown.")
-@click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
-@click.pass_context
-def promote_cmd(
-    ctx: click.Context, workspace: str | None, apply: bool, explain: str | None, as_json: bool
-) -> None:
-    """Rank short-term memories that keep being recalled; --apply promotes them to MEMORY.md.
-
-    Example: memctl promote -w ~/agent --apply
-    """
-    with _client(ctx) as c:
-        result = c.promote(_ref_or_cwd(workspace), apply=apply, explain=explain)
-    unknown = explain is not None and result.get("explain") is None
-    if as_json:
-        _print_json(result)
-        ctx.exit(1 if unknown else 0)
-    for line in display.promote_lines({**result, "explain_key": explain}):
-        click.echo(line)
-    if unknown:
-        click.echo("`memctl promote` lists the keys --explain takes.", err=True)
-        ctx.exit(1)
-
-
-@cli.command("dream")
-@_workspace_option()
-@click.option(
-    "--phase",
-    type=click.Choice(["light", "rem", "deep", "all"]),
-    default="all",
-    show_default=True,
-    help="Run one phase only.",
-)
-@click.option("--apply", is_flag=True, help="Write: recall store, MEMORY.md and DREAMS.md.")
-@_json_option
-@click.pass_context
-def dream_cmd(
-    ctx: click.Context, workspace: str | None, phase: str, apply: bool, as_json: bool
-) -> None:
-    """Dream: Light reads the recent daily notes, REM finds themes and lasting truths, Deep
-    promotes into MEMORY.md. Without --apply, shows what a run would do and writes nothing.
-
-    Example: memctl dream -w ~/agent --apply
-    """
-    with _client(ctx) as c:
-        result = c.dream(_ref_or_cwd(workspace), phase=phase, apply=apply)
-    if as_json:
-        _print_json(result)
-        return
-    from memd.dreams.diary import diary_lines  # only this command needs it: memctl starts faster
-
-    if not apply:
-        click.echo("Preview: nothing written (--apply writes).")
-    click.echo(f"Similar memories compared by {result['similarity']}.")
-    for line in diary_lines(result):
-        click.echo(_shown(line))
-    if withheld := result.get("withheld_from_transcripts"):
-        click.echo(f"{withheld} items from session transcripts not shown (--agent-id shows them).")
-    if apply:
-        click.echo("Written to DREAMS.md.")
 
 
 @cli.command("reindex")

@@ -146,7 +146,9 @@ def status(
     if as_json:
         print_json(result)
         return 0
-    for line in display.status_lines(shown(result), time.time(), style):
+    from memd.ctl.display_status import status_lines  # search and get start without it
+
+    for line in status_lines(shown(result), time.time(), style):
         echo(line)
     return 0
 

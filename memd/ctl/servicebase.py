@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from memd.atomicfile import write_atomic
-from memd.config import setting_variables
+from memd.config.env import setting_variables
 from memd.dist import install_hint
 from memd.embed.secrets import KEY_VARIABLES
 from memd_client.paths import socket_path
