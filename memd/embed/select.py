@@ -134,7 +134,8 @@ def _local(
         raise ProviderUnavailable(f"model file {path} does not exist")
     if importlib.util.find_spec("llama_cpp") is None:
         raise ProviderUnavailable(f"llama-cpp-python is not installed: {install_hint('local')}")
-    from memd.embed.process import ModeMemory, ProcessEmbedder
+    from memd.embed.load_modes import ModeMemory
+    from memd.embed.process import ProcessEmbedder
 
     return ProcessEmbedder(
         path,
