@@ -15,8 +15,9 @@ from typing import Any
 from memd.config import Config
 from memd.embed.base import Embedder, Vectors
 from memd.embed.batch import Batches
+from memd.embed.providers import OpenAIEmbedder
 from memd.embed.queued import QueuedEmbedder
-from memd.embed.remote import OpenAIEmbedder, RemoteEmbedder
+from memd.embed.remote import RemoteEmbedder
 from memd.embed.select import Choice, choose_embedder
 from memd.embed.usage import Usage
 from memd.index.cache import EmbeddingCache

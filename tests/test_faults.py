@@ -38,7 +38,7 @@ from memd.daemon import Daemon
 from memd.dreams import sharedfile
 from memd.embed.base import Embedder
 from memd.embed.fake import FakeEmbedder
-from memd.embed.remote import create_remote
+from memd.embed.providers import create_remote
 from memd.index.index import Index
 from memd.index.store import DumpRow
 from memd.index.sync import Syncer

@@ -323,7 +323,7 @@ def test_zero_vectors_from_a_provider_keep_the_file_pending_and_are_never_cached
     for a text, which matches nothing: the file stays pending with the reason, the vector is
     never cached, and the other files get their vectors."""
     from memd.config import EmbeddingConfig
-    from memd.embed.remote import create_remote
+    from memd.embed.providers import create_remote
 
     from .provider_server import FakeProvider, Seen
 

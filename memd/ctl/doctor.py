@@ -345,7 +345,7 @@ def _served(config: Config, status: Mapping[str, Any] | None) -> Check | None:
 
 def check_keys(config: Config, env: Mapping[str, str] | None = None) -> Check:
     """Say which remote providers have a key ("set" / "missing"); never print a key."""
-    from memd.embed.remote import PROVIDERS
+    from memd.embed.providers import PROVIDERS
     from memd.embed.secrets import KEY_VARIABLES, load_api_key
     from memd.embed.select import REMOTE_ORDER
 

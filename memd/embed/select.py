@@ -105,7 +105,7 @@ def _create(
                     local.close()
                     raise
             return local
-        from memd.embed.remote import create_remote
+        from memd.embed.providers import create_remote
 
         return create_remote(name, config, env)
     except (ProviderUnavailable, ConfigError) as exc:
