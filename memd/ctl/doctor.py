@@ -303,7 +303,8 @@ def _served(config: Config, status: Mapping[str, Any] | None) -> Check | None:
     decides (its environment and its model directory may differ). None without a daemon (or
     one too old to say): the model is then judged from here."""
     from memd.ctl.display import model_pull_text
-    from memd.embed.models import OFFLINE_ROUTES, find_default_model
+    from memd.embed.download import OFFLINE_ROUTES
+    from memd.embed.models import find_default_model
 
     name = "model"
     daemon = (status or {}).get("daemon") or {}
