@@ -20,8 +20,8 @@ from memd.embed.queued import QueuedEmbedder
 from memd.embed.remote import RemoteEmbedder
 from memd.embed.select import Choice, choose_embedder
 from memd.embed.usage import Usage
+from memd.index.audit import DumpRow
 from memd.index.cache import EmbeddingCache
-from memd.index.store import DumpRow
 from memd.index.sync import UNCAPPED, Progress, SyncReport
 from memd.markdown.discover import discover
 from memd.markdown.read import GetResult, MemoryPath, locate, read_located

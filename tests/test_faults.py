@@ -39,8 +39,8 @@ from memd.dreams import sharedfile
 from memd.embed.base import Embedder
 from memd.embed.fake import FakeEmbedder
 from memd.embed.providers import create_remote
+from memd.index.audit import DumpRow
 from memd.index.index import Index
-from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 from memd.markdown.append import today
 from memd_client.errors import (

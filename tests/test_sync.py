@@ -13,9 +13,9 @@ import pytest
 
 from memd.config import Config, IndexConfig
 from memd.embed.fake import FakeEmbedder
+from memd.index.audit import DumpRow
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
-from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 
 from .conftest import WriteFile
@@ -472,7 +472,7 @@ from pathlib import Path
 from memd.config import IndexConfig
 from memd.embed.fake import FakeEmbedder
 from memd.index.index import Index
-from memd.index.store import DumpRow
+from memd.index.audit import DumpRow
 from memd.index.sync import Syncer
 
 class Slow(FakeEmbedder):
