@@ -28,7 +28,9 @@ from memd.markdown.read import GetResult, MemoryPath, locate, read_located
 from memd.readers import ReaderPool
 from memd.redact import redact
 from memd.registry import Workspaces
-from memd.search import SearchOptions, SearchOutcome, search
+from memd.search import search
+from memd.search.hits import SearchOutcome
+from memd.search.options import SearchOptions
 from memd.sessions import is_transcript_name, list_transcripts, read_jsonl_lines
 from memd.workspace import Workspace
 from memd_client.errors import BadRequest, PathRefused, ProviderUnavailable
