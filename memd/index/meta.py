@@ -1,8 +1,8 @@
 """IndexMeta: the ``meta`` table of an index: key/value rows, the embedding identity the index
-was built with, and its generation (counted up by every committed change).
+was built with, and its generation (moved on by each change of a file's rows).
 
 A mixin of Store (memd/index/store.py), apart from the files and chunks it writes: the meta rows
-are the index's description of itself, read on their own by status and by the writer.
+are the index's description of itself, read on their own (status, freshness, the writer).
 """
 
 from __future__ import annotations
