@@ -3,7 +3,7 @@ OpenClaw's boost of a keyword hit (overlap, density, path, length).
 
 Keyword queries OR their terms and let BM25 rank, so natural-language questions find the chunks
 that hold most of their words; CJK runs become bigram terms. Its own module because the
-benchmarks and the index tests build MATCH expressions exactly as a search does.
+benchmarks and the BM25 tests build MATCH expressions exactly as a search does.
 """
 
 from __future__ import annotations
