@@ -26,7 +26,7 @@ import numpy as np
 from memd.embed.process import ProcessEmbedder
 from memd.index.index import Index
 from memd.index.store import ChunkRow
-from memd.search import bm25_to_score, keyword_match
+from memd.search.keyword import bm25_to_score, keyword_match
 from memd.text import tokens_among
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

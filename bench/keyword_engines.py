@@ -49,7 +49,7 @@ from memd.index import bm25
 from memd.index.keywords import KeywordIndex
 from memd.index.store import Store
 from memd.index.termcount import fts_columns, tokenizer
-from memd.search import keyword_match
+from memd.search.keyword import keyword_match
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -25,11 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import memd.index.reads as reads_module
-import memd.search
+import memd.search.finish
+import memd.search.hits
+import memd.search.keyword
 from memd.index.index import Index
 from memd.index.keywords import KeywordIndex
 from memd.index.reads import SearchReads
-from memd.search import SearchOptions, search
+from memd.search import search
+from memd.search.options import SearchOptions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -42,10 +45,10 @@ STAGES: list[tuple[str, Any, str]] = [
     ("rank: FTS5 (bound or plain)", reads_module, "top_ranked"),
     ("read the candidates' rows", SearchReads, "chunks_by_id"),
     ("keyword candidates, in all", SearchReads, "keyword_candidates"),
-    ("boost: terms found in each text", memd.search, "tokens_among"),
-    ("temporal decay (file ages)", memd.search, "_decay"),
-    ("MMR", memd.search, "_mmr"),
-    ("snippet windows", memd.search.Hit, "window"),
+    ("boost: terms found in each text", memd.search.keyword, "tokens_among"),
+    ("temporal decay (file ages)", memd.search.finish, "_decay"),
+    ("MMR", memd.search.finish, "_mmr"),
+    ("snippet windows", memd.search.hits.Hit, "window"),
 ]
 
 

@@ -45,7 +45,7 @@ from memd.index import bm25
 from memd.index.db import connect
 from memd.index.sketch import Sketch, stacked
 from memd.index.store import Store
-from memd.search import keyword_match
+from memd.search.keyword import keyword_match
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -15,19 +15,22 @@ from typing import Any
 from memd.config import Config
 from memd.embed.base import Embedder, Vectors
 from memd.embed.batch import Batches
+from memd.embed.providers import OpenAIEmbedder
 from memd.embed.queued import QueuedEmbedder
-from memd.embed.remote import OpenAIEmbedder, RemoteEmbedder
+from memd.embed.remote import RemoteEmbedder
 from memd.embed.select import Choice, choose_embedder
 from memd.embed.usage import Usage
+from memd.index.audit import DumpRow
 from memd.index.cache import EmbeddingCache
-from memd.index.store import DumpRow
 from memd.index.sync import UNCAPPED, Progress, SyncReport
 from memd.markdown.discover import discover
 from memd.markdown.read import GetResult, MemoryPath, locate, read_located
 from memd.readers import ReaderPool
 from memd.redact import redact
 from memd.registry import Workspaces
-from memd.search import SearchOptions, SearchOutcome, search
+from memd.search import search
+from memd.search.hits import SearchOutcome
+from memd.search.options import SearchOptions
 from memd.sessions import is_transcript_name, list_transcripts, read_jsonl_lines
 from memd.workspace import Workspace
 from memd_client.errors import BadRequest, PathRefused, ProviderUnavailable

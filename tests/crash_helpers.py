@@ -27,8 +27,8 @@ import memd_client
 from memd.config import Config
 from memd.dreams.recall_store import STORE_NAME, RecallStore
 from memd.embed.fake import FakeEmbedder
+from memd.index.audit import DumpRow
 from memd.index.index import Index
-from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 from memd.workspace import dreams_folder
 

@@ -16,7 +16,7 @@ import memd_client
 from memd.config import Config, EmbeddingConfig
 from memd.embed.base import Vectors
 from memd.embed.batch import Batches
-from memd.embed.remote import OpenAIEmbedder, create_remote
+from memd.embed.providers import OpenAIEmbedder, create_remote
 
 from .daemon_fixture import running_daemon, wait_for
 from .provider_server import FakeProvider

@@ -24,7 +24,7 @@ from memd.index.db import atomic
 from memd.index.index import Index
 from memd.index.sync import Syncer
 from memd.index.termcount import TermCounter, fts_columns, tokenizer
-from memd.search import keyword_match
+from memd.search.keyword import keyword_match
 
 from .conftest import WriteFile
 

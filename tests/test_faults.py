@@ -38,9 +38,9 @@ from memd.daemon import Daemon
 from memd.dreams import sharedfile
 from memd.embed.base import Embedder
 from memd.embed.fake import FakeEmbedder
-from memd.embed.remote import create_remote
+from memd.embed.providers import create_remote
+from memd.index.audit import DumpRow
 from memd.index.index import Index
-from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 from memd.markdown.append import today
 from memd_client.errors import (

@@ -20,7 +20,8 @@ from memd.embed.process import ProcessEmbedder
 from memd.index.chunk import chunk_text
 from memd.index.index import Index
 from memd.index.sync import Syncer
-from memd.search import SearchOptions, search
+from memd.search import search
+from memd.search.options import SearchOptions
 from memd_client.errors import ProviderUnavailable
 
 from .conftest import WriteFile

@@ -20,7 +20,8 @@ import pytest
 
 from memd.config import EmbeddingConfig
 from memd.embed.host import FAULT_ENV, IDLE_SHRINK_S
-from memd.embed.process import ModeMemory, ProcessEmbedder, cpu_signature
+from memd.embed.load_modes import ModeMemory, cpu_signature
+from memd.embed.process import ProcessEmbedder
 from memd.embed.select import choose_embedder
 from memd_client.errors import ProviderUnavailable
 

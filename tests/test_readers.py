@@ -19,7 +19,8 @@ from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
 from memd.index.sync import Syncer
 from memd.readers import ReaderPool
-from memd.search import SearchOptions, search
+from memd.search import search
+from memd.search.options import SearchOptions
 from memd.service import MemoryService
 from memd_client.errors import ProviderUnavailable
 from tests.conftest import WriteFile

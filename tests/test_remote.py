@@ -23,7 +23,7 @@ import pytest
 from memd.config import EmbeddingConfig
 from memd.embed.base import Embedder, normalize
 from memd.embed.http import parse_retry_after
-from memd.embed.remote import MissingKey, create_remote
+from memd.embed.providers import MissingKey, create_remote
 from memd.embed.secrets import Secret, load_api_key, redact
 from memd_client.errors import ConfigError, ProviderUnavailable
 

@@ -14,7 +14,7 @@ import pytest
 
 from memd.config import EmbeddingConfig
 from memd.embed.pace import Pace, parse_duration
-from memd.embed.remote import create_remote
+from memd.embed.providers import create_remote
 from memd_client.errors import ProviderUnavailable
 
 from .provider_server import ConnectProxy, FakeProvider, Reply, Seen

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from memd.config import EmbeddingConfig
+from memd.embed.providers import create_remote
 from memd.embed.queued import QueuedEmbedder
-from memd.embed.remote import create_remote
 
 from .daemon_fixture import wait_for
 from .provider_server import FakeProvider, Reply, Seen

@@ -21,7 +21,9 @@ from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
 from memd.index.reads import SearchReads
 from memd.index.sync import Syncer
-from memd.search import SearchOptions, bm25_to_score, keyword_match, search
+from memd.search import search
+from memd.search.keyword import bm25_to_score, keyword_match
+from memd.search.options import SearchOptions
 from memd.text import mmr_tokens, tokens_among
 
 from .conftest import WriteFile

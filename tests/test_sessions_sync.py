@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from memd.config import Config, SessionsConfig
+from memd.index.audit import DumpRow
 from memd.index.index import Index
-from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 
 

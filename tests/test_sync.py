@@ -13,9 +13,9 @@ import pytest
 
 from memd.config import Config, IndexConfig
 from memd.embed.fake import FakeEmbedder
+from memd.index.audit import DumpRow
 from memd.index.cache import EmbeddingCache
 from memd.index.index import Index
-from memd.index.store import DumpRow
 from memd.index.sync import Syncer
 
 from .conftest import WriteFile
@@ -323,7 +323,7 @@ def test_zero_vectors_from_a_provider_keep_the_file_pending_and_are_never_cached
     for a text, which matches nothing: the file stays pending with the reason, the vector is
     never cached, and the other files get their vectors."""
     from memd.config import EmbeddingConfig
-    from memd.embed.remote import create_remote
+    from memd.embed.providers import create_remote
 
     from .provider_server import FakeProvider, Seen
 
@@ -472,7 +472,7 @@ from pathlib import Path
 from memd.config import IndexConfig
 from memd.embed.fake import FakeEmbedder
 from memd.index.index import Index
-from memd.index.store import DumpRow
+from memd.index.audit import DumpRow
 from memd.index.sync import Syncer
 
 class Slow(FakeEmbedder):

@@ -11,58 +11,39 @@ runs in a child process (memd/embed/host.py, started with exec, not fork), and t
   call starts a new worker after a backoff (1 s doubling to 60 s);
 - when the worker dies while loading or on its first embedding, retries at once with safer load
   modes (extra buffer types off, then one thread as well) before it gives up on the model; the
-  mode that worked is remembered per model file and CPU, so the next start does not crash first.
+  mode that worked is remembered per model file and CPU, so the next start does not crash first
+  (the modes and that memory are memd/embed/load_modes.py).
 
-Over 400 lines: those are one state machine (starting, loading, serving, dead, backing off)
-whose parts share every field.
+Those are one state machine (starting, loading, serving, dead, backing off) whose parts share
+every field.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
-import platform
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from memd import frames
-from memd.atomicfile import write_atomic
 from memd.embed.base import BadVectors, Embedder, Kind, Preempted, Vectors, check_vectors
 from memd.embed.llama import LlamaEmbedder
+from memd.embed.load_modes import _MODE_INDEX, MODES, LoadMode, ModeMemory, cpu_signature
 from memd_client.errors import ProviderUnavailable, from_wire
 
-__all__ = ["MODES", "LoadMode", "ModeMemory", "ProcessEmbedder", "cpu_signature"]
+__all__ = ["ProcessEmbedder"]
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class LoadMode:
-    name: str
-    extra_bufts: bool
-    one_thread: bool
-    label: str
-
-
-# Tried in this order while the worker keeps dying on load or on its first embedding.
-MODES = (
-    LoadMode("default", True, False, "default settings"),
-    LoadMode("safe", False, False, "safe mode: extra buffer types off"),
-    LoadMode("safe-1-thread", False, True, "safe mode: extra buffer types off, one thread"),
-)
-_MODE_INDEX = {m.name: i for i, m in enumerate(MODES)}
 
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 60.0
@@ -74,47 +55,6 @@ class WorkerDied(Exception):
     def __init__(self, cause: str) -> None:
         super().__init__(cause)
         self.cause = cause
-
-
-def cpu_signature() -> str:
-    """A short hash naming this CPU: the kernels llama.cpp picks depend on its model and flags."""
-    parts = [platform.machine(), platform.processor()]
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("vendor_id", "model name", "flags", "Features", "CPU part"):
-                    parts.append(value.strip())
-                elif not line.strip() and len(parts) > 2:
-                    break  # the first processor is enough
-    except OSError:
-        pass
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
-
-
-class ModeMemory:
-    """Which load mode works for which model file on which CPU, kept in one small JSON file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        entry = self._read().get(key)
-        return entry if isinstance(entry, dict) and entry.get("mode") in _MODE_INDEX else None
-
-    def put(self, key: str, mode: str, reason: str) -> None:
-        with self._lock:
-            data = self._read()
-            data[key] = {"mode": mode, "reason": reason, "at": int(time.time())}
-            write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True).encode())
-
-    def _read(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
 
 
 class ProcessEmbedder(Embedder):

@@ -105,7 +105,7 @@ def _create(
                     local.close()
                     raise
             return local
-        from memd.embed.remote import create_remote
+        from memd.embed.providers import create_remote
 
         return create_remote(name, config, env)
     except (ProviderUnavailable, ConfigError) as exc:
@@ -134,7 +134,8 @@ def _local(
         raise ProviderUnavailable(f"model file {path} does not exist")
     if importlib.util.find_spec("llama_cpp") is None:
         raise ProviderUnavailable(f"llama-cpp-python is not installed: {install_hint('local')}")
-    from memd.embed.process import ModeMemory, ProcessEmbedder
+    from memd.embed.load_modes import ModeMemory
+    from memd.embed.process import ProcessEmbedder
 
     return ProcessEmbedder(
         path,

@@ -1,7 +1,8 @@
 """Store: every SQL statement on a workspace index (files, chunks, FTS, vectors, meta).
 
-Over 400 lines because it is every write of an index in one place (so a schema change has one
-place to look); the reads a search makes are SearchReads (memd/index/reads.py).
+Every write of a file's rows is here (so a schema change has one place to look); its mixins hold
+the meta rows (memd/index/meta.py), the vector table (vector_table.py) and the counts and checks
+(audit.py). The reads a search makes are SearchReads (memd/index/reads.py).
 """
 
 from __future__ import annotations
@@ -13,33 +14,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import apsw
-import numpy as np
 
 from memd.embed.base import Vectors
+from memd.index.audit import StoreAudit
 from memd.index.db import atomic
 from memd.index.keywords import KeywordIndex
+from memd.index.meta import IndexMeta
 from memd.index.reads import ChunkRow, SearchReads, VectorStore
 from memd.index.sketch import Sketch
 from memd.index.termcount import fts_columns
 from memd.text import mmr_tokens
 
-__all__ = [
-    "ChunkKey",
-    "ChunkRow",
-    "DumpRow",
-    "FileRow",
-    "NewChunk",
-    "Resume",
-    "Store",
-    "VectorStore",
-]
-
-
-IDENTITY_KEY = "identity"
-
-# One chunk of Store.dump: (path, start, end, chunk hash, FTS row?, vector row?, model,
-# line vectors).
-DumpRow = tuple[str, int, int, str, bool, bool, str, int]
+__all__ = ["ChunkKey", "ChunkRow", "FileRow", "NewChunk", "Resume", "Store", "VectorStore"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +77,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Store:
+class Store(IndexMeta, StoreAudit):
     """SQL over one open connection. Writes must run inside :func:`atomic`."""
 
     def __init__(
@@ -106,90 +92,6 @@ class Store:
         self.vector_store = vector_store
         self.dims = dims
         self.reads = SearchReads(conn, vector_store, dims, sketch, keywords)
-
-    # -- meta -----------------------------------------------------------------------------------
-
-    def get_meta(self, key: str) -> str | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def set_meta(self, key: str, value: str) -> None:
-        self.conn.execute(
-            "INSERT INTO meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
-
-    def identity(self) -> dict[str, object] | None:
-        raw = self.get_meta(IDENTITY_KEY)
-        return None if raw is None else dict(json.loads(raw))
-
-    def set_identity(self, identity: dict[str, object]) -> None:
-        self.set_meta(IDENTITY_KEY, json.dumps(identity, sort_keys=True))
-
-    def generation(self) -> int:
-        value = self.get_meta("generation")
-        return int(value) if value else 0
-
-    def bump_generation(self) -> int:
-        gen = self.generation() + 1
-        self.set_meta("generation", str(gen))
-        return gen
-
-    # -- vector table ---------------------------------------------------------------------------
-
-    def ensure_vector_table(self) -> None:
-        """Create the vector table for this store's kind and dims (idempotent)."""
-        if self.vector_store == "vec0":
-            self.conn.execute(
-                "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0("
-                f"embedding float[{int(self.dims)}] distance_metric=cosine)"
-            )
-        elif self.vector_store == "plain":
-            self.conn.execute(
-                "CREATE TABLE IF NOT EXISTS chunks_vec_plain "
-                "(id INTEGER PRIMARY KEY, embedding BLOB NOT NULL)"
-            )
-
-    def _vector_table(self) -> str | None:
-        return {"vec0": "chunks_vec", "plain": "chunks_vec_plain"}.get(self.vector_store)
-
-    def _insert_vector(self, chunk_id: int, vector: Vectors, lines: Vectors | None) -> None:
-        blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
-        if len(blob) != 4 * self.dims:
-            raise ValueError(f"vector has {len(blob) // 4} dims, the index has {self.dims}")
-        if lines is not None and len(lines):
-            if lines.ndim != 2 or lines.shape[1] != self.dims:
-                raise ValueError(
-                    f"line vectors have shape {lines.shape}, the index has {self.dims}"
-                )
-            # float16: half the size, and cosines agree with float32 to about 1e-3.
-            self.conn.execute(
-                "INSERT INTO chunk_lines (id, vectors) VALUES (?, ?)",
-                (chunk_id, np.ascontiguousarray(lines, dtype=np.float16).tobytes()),
-            )
-        table = self._vector_table()
-        if table == "chunks_vec":
-            self.conn.execute(
-                "INSERT INTO chunks_vec (rowid, embedding) VALUES (?, ?)", (chunk_id, blob)
-            )
-        elif table == "chunks_vec_plain":
-            self.conn.execute(
-                "INSERT INTO chunks_vec_plain (id, embedding) VALUES (?, ?)", (chunk_id, blob)
-            )
-            self.conn.execute("INSERT INTO vector_log (id, added) VALUES (?, 1)", (chunk_id,))
-
-    def _delete_vectors(self, ids: Sequence[int]) -> None:
-        table = self._vector_table()
-        if table is None or not ids:
-            return
-        key = "rowid" if table == "chunks_vec" else "id"
-        self.conn.executemany(f"DELETE FROM {table} WHERE {key} = ?", [(i,) for i in ids])
-        self.conn.executemany("DELETE FROM chunk_lines WHERE id = ?", [(i,) for i in ids])
-        if table == "chunks_vec_plain":
-            self.conn.executemany(
-                "INSERT INTO vector_log (id, added) VALUES (?, 0)", [(i,) for i in ids]
-            )
 
     # -- files and chunks -----------------------------------------------------------------------
 
@@ -489,109 +391,3 @@ class Store:
 
     def set_file_error(self, path: str, error: str | None) -> None:
         self.conn.execute("UPDATE files SET error = ? WHERE path = ?", (error, path))
-
-    # -- status and checks ----------------------------------------------------------------------
-
-    def counts(self, *, vectors: bool = True) -> dict[str, int]:
-        """Rows of each kind. ``vectors=False`` leaves out the vector table's count (reported
-        as -1): its rows hold the vectors themselves, so counting them reads the whole table
-        (22 ms at 10,000 chunks, over 90 ms at 100,000), which the writer's steps need not."""
-        one = self.conn.execute(
-            # Unembedded chunks are in a partial index; "embedded = 1" would read every row.
-            "SELECT (SELECT count(*) FROM files), (SELECT count(*) FROM chunks), "
-            "(SELECT count(*) FROM chunks WHERE embedded = 0), "
-            "(SELECT count(*) FROM files WHERE pending > 0)"
-        ).fetchone()
-        assert one is not None
-        files, chunks, unembedded, pending = (int(x) for x in one)
-        embedded = chunks - unembedded
-        table = self._vector_table() if vectors else None
-        stored = 0 if vectors else -1
-        if table is not None and self.table_exists(table):
-            row = self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()
-            stored = int(row[0]) if row else 0
-        return {
-            "files": files,
-            "chunks": chunks,
-            "embedded_chunks": embedded,
-            "vectors": stored,
-            "pending_files": pending,
-        }
-
-    def source_counts(self) -> dict[str, dict[str, int]]:
-        """Files and chunks per source ("memory", "sessions")."""
-        out: dict[str, dict[str, int]] = {}
-        for source, files in self.conn.execute(
-            "SELECT source, count(*) FROM files GROUP BY source"
-        ):
-            out[str(source)] = {"files": int(files), "chunks": 0}
-        for source, chunks in self.conn.execute(
-            "SELECT source, count(*) FROM chunks GROUP BY source"
-        ):
-            out.setdefault(str(source), {"files": 0, "chunks": 0})["chunks"] = int(chunks)
-        return out
-
-    def table_exists(self, name: str) -> bool:
-        row = self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone()
-        return row is not None
-
-    def vector_ids(self) -> set[int]:
-        table = self._vector_table()
-        if table is None or not self.table_exists(table):
-            return set()
-        key = "rowid" if table == "chunks_vec" else "id"
-        return {int(r[0]) for r in self.conn.execute(f"SELECT {key} FROM {table}")}
-
-    def fts_ids(self) -> set[int]:
-        return {int(r[0]) for r in self.conn.execute("SELECT rowid FROM chunks_fts")}
-
-    def line_counts(self) -> dict[int, int]:
-        """How many line vectors each chunk that has any holds."""
-        rows = self.conn.execute("SELECT id, length(vectors) FROM chunk_lines")
-        return {int(r[0]): int(r[1]) // (2 * self.dims) for r in rows}
-
-    def dump(self) -> list[DumpRow]:
-        """The logical content, a DumpRow per chunk."""
-        fts = self.fts_ids()
-        vecs = self.vector_ids()
-        lines = self.line_counts()
-        rows = self.conn.execute(
-            "SELECT id, path, start_line, end_line, hash, model FROM chunks "
-            "ORDER BY path, start_line, end_line, hash"
-        )
-        return [
-            (
-                str(r[1]),
-                int(r[2]),
-                int(r[3]),
-                str(r[4]),
-                int(r[0]) in fts,
-                int(r[0]) in vecs,
-                str(r[5]),
-                lines.get(int(r[0]), 0),
-            )
-            for r in rows
-        ]
-
-    def integrity(self) -> list[str]:
-        """Problems found by SQLite's and FTS5's own checks plus row agreement; [] when sound.
-
-        FTS5's check is written as an INSERT, so this needs the writer's store.
-        """
-        problems = [str(r[0]) for r in self.conn.execute("PRAGMA quick_check") if r[0] != "ok"]
-        try:
-            with atomic(self.conn):
-                self.conn.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('integrity-check')")
-        except apsw.Error as exc:
-            problems.append(f"fts: {exc}")
-        ids = {int(r[0]) for r in self.conn.execute("SELECT id FROM chunks")}
-        embedded = {
-            int(r[0]) for r in self.conn.execute("SELECT id FROM chunks WHERE embedded = 1")
-        }
-        if self.fts_ids() != ids:
-            problems.append("fts rows differ from chunk rows")
-        if self._vector_table() is not None and self.vector_ids() != embedded:
-            problems.append("vector rows differ from embedded chunk rows")
-        if not set(self.line_counts()) <= embedded:
-            problems.append("line vectors of chunks that are not embedded")
-        return problems

@@ -41,7 +41,9 @@ from memd import frames
 from memd.embed.base import Embedder, Vectors
 from memd.index.index import Index
 from memd.readers.reader import Reader, ReaderDied
-from memd.search import SearchOptions, SearchOutcome, search
+from memd.search import search
+from memd.search.hits import SearchOutcome
+from memd.search.options import SearchOptions
 from memd_client import errors
 
 __all__ = ["ReaderPool"]

@@ -30,7 +30,8 @@ from memd.blas import limit_blas_threads
 from memd.embed.base import Embedder, Kind, Vectors
 from memd.heap import configure_allocator
 from memd.index.index import Index
-from memd.search import SearchOptions, search
+from memd.search import search
+from memd.search.options import SearchOptions
 from memd_client.errors import MemdError, ProviderUnavailable
 
 

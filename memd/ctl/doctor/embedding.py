@@ -173,7 +173,8 @@ def _served(config: Config, status: Mapping[str, Any] | None) -> Check | None:
     decides (its environment and its model directory may differ). None without a daemon (or
     one too old to say): the model is then judged from here."""
     from memd.ctl.display_status import model_pull_text
-    from memd.embed.models import OFFLINE_ROUTES, find_default_model
+    from memd.embed.download import OFFLINE_ROUTES
+    from memd.embed.models import find_default_model
 
     name = "model"
     daemon = (status or {}).get("daemon") or {}
@@ -215,7 +216,7 @@ def _served(config: Config, status: Mapping[str, Any] | None) -> Check | None:
 
 def check_keys(config: Config, env: Mapping[str, str] | None = None) -> Check:
     """Say which remote providers have a key ("set" / "missing"); never print a key."""
-    from memd.embed.remote import PROVIDERS
+    from memd.embed.providers import PROVIDERS
     from memd.embed.secrets import KEY_VARIABLES, load_api_key
     from memd.embed.select import REMOTE_ORDER
 

@@ -1,0 +1,127 @@
+"""The vector half of a search and its fusion with the keyword half: each candidate's chunk and
+best-line cosines, min-max scaled and weighed against the keyword scores.
+
+Its own module because the rule and its constants were chosen together on LoCoMo
+(bench/fusion_study.py, docs/benchmarks.md) and change together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from memd.embed.base import Vectors
+from memd.index.reads import ChunkRow
+from memd.index.store import Store
+from memd.search.hits import Hit, _hit
+from memd.search.keyword import _boost, _keyword_hits
+from memd.search.options import SearchOptions
+
+__all__ = ["LINE_SHARE"]
+
+
+# The vector half of a chunk: this share its best line's (or pair of lines') cosine, the rest
+# its own (tuned on LoCoMo, docs/benchmarks.md).
+LINE_SHARE = 2 / 3
+
+
+def _merge(
+    store: Store,
+    qvec: Vectors,
+    vector_rows: Sequence[ChunkRow],
+    keyword_rows: Sequence[ChunkRow],
+    terms: Sequence[str],
+    options: SearchOptions,
+    *,
+    hybrid: bool,
+) -> list[Hit]:
+    """Score the union of the vector and keyword candidates.
+
+    The vector half of a chunk is a third its own cosine and two thirds its best line's (or
+    pair of adjacent lines'): one vector for 15-20 turns averages away the one a question is
+    about. In hybrid mode each signal is min-max scaled over the candidates (cosines of
+    different models live in different ranges) and the keyword half is the keyword-only score
+    over the query's best; ``text_weight`` and ``vector_weight`` weigh the halves. The rule and
+    its constants were chosen on part of the LoCoMo conversations and checked on the others
+    (bench/fusion_study.py, docs/benchmarks.md).
+    """
+    by_id = {row.id: _hit(row, options) for row in vector_rows}
+    keyword: dict[int, float] = {}
+    if hybrid:
+        found: dict[int, set[str]] = {}
+        for hit, row in zip(_keyword_hits(keyword_rows, terms, options, found), keyword_rows):
+            mine = by_id.setdefault(row.id, hit)
+            mine.keyword, mine.exact = True, hit.exact
+            keyword[row.id] = _boost(hit, row.text, found[row.id], row.words, terms)
+    chunk, line = _cosines(store, qvec, list(by_id), {r.id: r.score for r in vector_rows})
+    if not hybrid:
+        for chunk_id, hit in by_id.items():
+            mixed = (1 - LINE_SHARE) * chunk[chunk_id] + LINE_SHARE * line[chunk_id]
+            hit.vector_score = max(0.0, min(1.0, mixed))
+            hit.score = hit.vector_score
+        return list(by_id.values())
+    chunk_scaled, line_scaled = _min_max(chunk), _min_max(line)
+    best = max(keyword.values(), default=0.0)
+    # When no candidate matched a keyword, that half says nothing: the vector half is all.
+    vw, tw = options.vector_weight, options.text_weight if best > 0 else 0.0
+    if vw + tw == 0:
+        vw, tw = 0.5, 0.5
+    for chunk_id, hit in by_id.items():
+        hit.text_score = keyword.get(chunk_id, 0.0) / best if best > 0 else 0.0
+        hit.vector_score = (1 - LINE_SHARE) * chunk_scaled[chunk_id] + LINE_SHARE * line_scaled[
+            chunk_id
+        ]
+        hit.score = (vw * hit.vector_score + tw * hit.text_score) / (vw + tw)
+    return list(by_id.values())
+
+
+def _cosines(
+    store: Store, qvec: Vectors, ids: list[int], known: dict[int, float]
+) -> tuple[dict[int, float], dict[int, float]]:
+    """Each candidate's cosine to the query, and the best of that and its lines' and adjacent
+    line pairs' cosines.
+
+    A chunk without line vectors (one line, or no vector at all) counts its own cosine as its
+    best line's; a chunk without a vector counts 0 for both.
+    """
+    query = np.asarray(qvec, dtype=np.float32)
+    chunk = dict(known)
+    missing = [i for i in ids if i not in chunk]
+    chunk.update((i, float(v @ query)) for i, v in store.reads.chunk_vectors(missing).items())
+    for i in ids:
+        chunk[i] = max(0.0, chunk.get(i, 0.0))
+    best = dict(chunk)
+    lines = {i: v for i, v in store.reads.line_vectors(ids).items() if len(v)}
+    if not lines:
+        return chunk, best
+    # Every candidate's lines in one matrix: one product for the lines, one for the pairs.
+    lengths = [len(v) for v in lines.values()]
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    vectors = np.concatenate(list(lines.values())).astype(np.float32)
+    sims = vectors @ query
+    top = np.maximum.reduceat(sims, np.cumsum([0, *lengths[:-1]]))
+    # The cosine of the mean of two unit vectors a, b: (a·q + b·q) / |a + b|, where
+    # |a + b|² = |a|² + |b|² + 2 a·b.
+    norms = np.einsum("ij,ij->i", vectors, vectors)
+    dots = np.einsum("ij,ij->i", vectors[1:], vectors[:-1])
+    pair_sims = (sims[1:] + sims[:-1]) / np.sqrt(
+        np.maximum(norms[1:] + norms[:-1] + 2 * dots, 1e-12)
+    )
+    same = owner[1:] == owner[:-1]  # a pair never spans two chunks
+    pair_top = np.full(len(lengths), -1.0, dtype=np.float32)
+    np.maximum.at(pair_top, owner[1:][same], pair_sims[same])
+    for key, line, pair in zip(lines, top.tolist(), pair_top.tolist()):
+        best[key] = max(chunk[key], line, pair)
+    return chunk, best
+
+
+def _min_max(values: dict[int, float]) -> dict[int, float]:
+    """Scale to [0, 1] over the candidates (all 1 when they are equal, 0 stays 0)."""
+    present = [v for v in values.values() if v > 0]
+    if not present:
+        return dict.fromkeys(values, 0.0)
+    lo, hi = min(present), max(present)
+    return {
+        k: (0.0 if v <= 0 else (v - lo) / (hi - lo) if hi > lo else 1.0) for k, v in values.items()
+    }
