@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from memd.changes import Changes
 from memd.config import Config
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
@@ -44,7 +45,7 @@ from memd.private import make_private, open_private_file, private_directory
 from memd.readers import ReaderPool
 from memd.registry import Workspaces, load_registry
 from memd.service import MemoryService
-from memd.watch import RESCAN_SESSIONS, Watchers
+from memd.watch import Watchers
 from memd.writer import RECONCILE, WATCH, Writer
 from memd_client.errors import MemdError
 from memd_client.paths import socket_path
@@ -406,7 +407,7 @@ class Daemon:
         for ws in parts.registry.all():
             try:
                 if ws.syncer.sessions_due():
-                    parts.writer.request_sync(ws, {RESCAN_SESSIONS})
+                    parts.writer.request_sync(ws, Changes.sessions())
             except Exception as exc:
                 logger.warning("checking transcripts of %s failed: %s", ws.name, exc)
 

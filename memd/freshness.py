@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memd.changes import Changes
 from memd.index.store import Store
 from memd.markdown.discover import memory_file
-from memd.watch import RESCAN_ALL, RESCANS, Watchers
+from memd.watch import Watchers
 from memd.workspace import Workspace
 from memd.writer import Writer
 
@@ -118,10 +119,10 @@ def check(
     # after the read that reported it.
     probe = watchers.probe(ws.root)
     watcher = watchers.state(ws.root)
-    watched = set(watcher.get("pending_keys") or ())
+    watched: Changes = watcher.get("pending_keys") or Changes()
     queued, running = writer.pending_keys(ws)
     probed = set(probe.keys) if probe is not None else set()
-    keys = (watched | queued | probed) - RESCANS - running
+    keys = {*watched.paths, *queued.paths, *probed} - running.paths
 
     def rescanned(when: float) -> bool:
         return writer.rescanned_since(ws, when)
@@ -135,14 +136,14 @@ def check(
     if found is not None and probed:
         watchers.settle(ws.root, (probed & keys) - found)
     # Being indexed now: the rows are not committed yet.
-    pending = stale + len(running - RESCANS)
+    pending = stale + len(running.paths)
     if walked_stale is not None:
         pending = max(pending, walked_stale)
-    if (queued | running) & RESCANS:
+    if (queued | running).rescans:
         pending += 1  # a rescan is queued or runs: something may have changed
     # A walk of every file, begun after the reply started, vouches for what nobody reported.
     walked = walked_stale is not None or rescanned(since)
-    if RESCAN_ALL in watched and not walked and not rescanned(watcher.get("rescan_at") or since):
+    if watched.rescan_all and not walked and not rescanned(watcher.get("rescan_at") or since):
         pending += 1  # the watcher asks for a rescan (a folder changed, events were lost)
     problems = workspace_problems(ws, watcher.get("state"))
     unread = writer.walk_errors(ws)

@@ -28,12 +28,12 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from memd.embed.queued import DOCUMENT_JOB_CHARS
+from memd.changes import Changes
+from memd.embed.base import DOCUMENT_JOB_CHARS
 from memd.index.index import reads_first
 from memd.index.sync import SyncReport
 from memd.markdown.append import Appended, append_daily
 from memd.registry import Workspaces
-from memd.watch.layout import RESCAN_ALL, RESCANS
 from memd.workspace import Workspace
 from memd_client.errors import Busy, IndexError_, PathRefused, UnknownWorkspace
 
@@ -75,9 +75,9 @@ class _Job:
 class _State:
     """What the writer knows of one workspace."""
 
-    dirty: set[str] = field(default_factory=set)
+    dirty: Changes = Changes()
     queued: _Job | None = None  # the not yet started sync job, which later requests join
-    running: set[str] = field(default_factory=set)  # the keys the running sync took
+    running: Changes = Changes()  # the changes the running sync took
     rebuild: threading.Thread | None = None
     # Who waits for the running rebuild's report (None: no rebuild runs).
     waiters: list[Future[SyncReport]] | None = None
@@ -150,12 +150,13 @@ class Writer:
             return self._states.setdefault(root, _State())
 
     def request_sync(
-        self, ws: Workspace, keys: set[str] | None = None, *, priority: int = WATCH
+        self, ws: Workspace, keys: Changes | None = None, *, priority: int = WATCH
     ) -> Future[SyncReport]:
-        """Queue a sync of ``ws`` (joining one already queued); ``keys`` are the changed paths."""
+        """Queue a sync of ``ws`` (joining one already queued) for ``keys``, what changed (none:
+        a rescan of the whole workspace)."""
         with self._lock:
             state = self._states.setdefault(ws.root, _State())
-            state.dirty.update(keys or {RESCAN_ALL})
+            state.dirty |= keys or Changes.everything()
             job = state.queued
             if job is not None and job.priority <= priority:
                 return job.future
@@ -171,10 +172,10 @@ class Writer:
         self._queue.put(job)
         return job.future
 
-    def changes_of(self, ws: Workspace) -> Callable[[set[str]], None]:
-        """What a watcher of ``ws`` reports its changed keys to: a sync request."""
+    def changes_of(self, ws: Workspace) -> Callable[[Changes], None]:
+        """What a watcher of ``ws`` reports its changes to: a sync request."""
 
-        def changed(keys: set[str]) -> None:
+        def changed(keys: Changes) -> None:
             try:
                 self.request_sync(ws, keys)
             except Busy:
@@ -221,18 +222,18 @@ class Writer:
         self._start_rebuild(ws, future)
         return future
 
-    def dirty_keys(self, ws: Workspace) -> set[str]:
-        """The changed paths not yet indexed in ``ws``: queued for the next sync, or being
-        indexed by the running one (and rescan keys, RESCANS)."""
+    def dirty_keys(self, ws: Workspace) -> Changes:
+        """The changes not yet indexed in ``ws``: queued for the next sync, or being indexed by
+        the running one."""
         queued, running = self.pending_keys(ws)
         return queued | running
 
-    def pending_keys(self, ws: Workspace) -> tuple[set[str], set[str]]:
-        """(the changed paths queued for the next sync of ``ws``, those the running sync is
-        indexing now); either may hold a rescan key (RESCANS)."""
+    def pending_keys(self, ws: Workspace) -> tuple[Changes, Changes]:
+        """(the changes queued for the next sync of ``ws``, those the running sync is indexing
+        now); either may ask for a rescan."""
         with self._lock:
             state = self._states.get(ws.root)
-            return (set(state.dirty), set(state.running)) if state else (set(), set())
+            return (state.dirty, state.running) if state else (Changes(), Changes())
 
     def rescanned_since(self, ws: Workspace, when: float) -> bool:
         """True when a walk of the whole workspace that started after ``when`` (wall clock)
@@ -429,15 +430,15 @@ class Writer:
             if job is not None and state.queued is job:
                 state.queued = None
             if only is not None:
-                taken = set(only)
+                taken = Changes.of(only)
                 state.dirty -= taken
-            elif state.dirty & RESCANS or len(state.dirty) <= SYNC_SLICE:
-                taken, state.dirty = state.dirty, set()
+            elif state.dirty.rescans or len(state.dirty.paths) <= SYNC_SLICE:
+                taken, state.dirty = state.dirty, Changes()
             else:
-                taken = set(itertools.islice(sorted(state.dirty), SYNC_SLICE))
+                taken = Changes.of(itertools.islice(sorted(state.dirty.paths), SYNC_SLICE))
                 state.dirty -= taken
             everything = only is None and not state.dirty
-            walk = only is None and (not taken or RESCAN_ALL in taken)
+            walk = only is None and (not taken or taken.rescan_all)
             # Pending until the sync below has committed them: a reply meanwhile must not
             # find them in neither place (a 7 MB daily log takes seconds).
             state.running |= taken

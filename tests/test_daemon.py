@@ -15,6 +15,7 @@ import msgpack
 import pytest
 
 import memd_client
+from memd.changes import Changes
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
 from memd.index.sync import Syncer, SyncReport
@@ -531,7 +532,7 @@ def test_an_append_waits_for_one_slice_of_a_bulk_edit_not_all_of_it(
             seen.append(sum(1 for rel in store.files() if rel.startswith("memory/bulk/")))
         counted.set()
 
-    synced = writer.request_sync(agent, set(rels))
+    synced = writer.request_sync(agent, Changes.of(rels))
     appended = writer.append(agent, "an urgent note during the checkout")
     appended.add_done_callback(count_bulk)
     assert appended.result(30).path.startswith("memory/") and counted.wait(5)

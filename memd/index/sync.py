@@ -25,10 +25,16 @@ from typing import TypeVar
 import apsw
 import numpy as np
 
+from memd.changes import Changes
 from memd.config import IndexConfig, SessionsConfig
-from memd.embed.base import BadVectors, Embedder, Vectors, check_vectors
-from memd.embed.batch import Batches
-from memd.embed.queued import document_jobs
+from memd.embed.base import (
+    BadVectors,
+    BatchQueue,
+    Embedder,
+    Vectors,
+    check_vectors,
+    document_jobs,
+)
 from memd.index.cache import EmbeddingCache
 from memd.index.chunk import LINES_VERSION, Chunk, chunk_resumable, fit_to_model, vector_lines
 from memd.index.db import atomic, translate_errors
@@ -41,7 +47,6 @@ from memd.index.transcripts import Transcripts
 from memd.markdown.discover import SourceFile, discover, memory_file, read_regular
 from memd.redact import reads_whole_text, redact
 from memd.sessions.transcript import list_transcripts, map_lines, render
-from memd.watch.layout import RESCAN_SESSIONS, RESCANS
 from memd_client.errors import MemdError
 
 __all__ = ["Progress", "SyncReport", "Syncer"]
@@ -92,7 +97,7 @@ class Syncer:
         protect: bool = False,
         sessions_dir: Path | None = None,
         sessions: SessionsConfig | None = None,
-        batches: Batches | None = None,
+        batches: BatchQueue | None = None,
     ) -> None:
         self.index = index
         self.root = root
@@ -197,7 +202,7 @@ class Syncer:
         force: bool = False,
         embed: bool = True,
         allow_rebuild: bool = True,
-        paths: set[str] | None = None,
+        paths: Changes | None = None,
         progress: Progress | None = None,
     ) -> SyncReport:
         """Reconcile the index with the files; rebuild when forced or when the identity changed.
@@ -649,7 +654,7 @@ class Syncer:
         report.chunks_written += len(rows)
         return True
 
-    def _reconcile_paths(self, store: Store, report: SyncReport, paths: set[str]) -> bool:
+    def _reconcile_paths(self, store: Store, report: SyncReport, paths: frozenset[str]) -> bool:
         """Sync only ``paths`` (from the watcher or an append); False when a full
         reconcile is needed instead. A workspace of thousands of files is not walked for one
         changed daily log."""
@@ -824,16 +829,16 @@ class Syncer:
             )
 
     def _reconcile_some(
-        self, store: Store, report: SyncReport, progress: Progress | None, paths: set[str] | None
+        self, store: Store, report: SyncReport, progress: Progress | None, paths: Changes | None
     ) -> None:
-        """Reconcile what ``paths`` names: all files (None or RESCAN_ALL), only the transcripts
-        (RESCAN_SESSIONS), or just the listed memory files."""
-        if paths and paths <= {RESCAN_SESSIONS}:
+        """Reconcile what ``paths`` names: all files (None, or a rescan of everything), only the
+        transcripts (a rescan of them alone), or just the listed memory files."""
+        if paths and paths == Changes.sessions():
             stored = {p: r for p, r in store.files().items() if r.source == "sessions"}
             model, same_vectors = self._model(store), self._same_vectors(store)
             self._reconcile_transcripts(store, report, stored, False, model, same_vectors)
             return
-        if paths and not paths & RESCANS and self._reconcile_paths(store, report, paths):
+        if paths and not paths.rescans and self._reconcile_paths(store, report, paths.paths):
             return
         look, self.look_next = self.look_next, False
         self._reconcile(store, report, progress, fresh=False, look=look)
