@@ -225,7 +225,7 @@ class Daemon:
                 break
             busy = (
                 parts.writer.jobs_done + parts.dispatcher.calls,
-                any(ws.syncer.rebuilding for ws in parts.registry.all()),
+                any(ws.syncer.status.rebuilding for ws in parts.registry.all()),
             )
             if busy != (work_seen, False):
                 work_seen = busy[0]
@@ -465,7 +465,7 @@ class _Idle:
             or parts.server.connections > 0
             or (parts.ctx.model_pull is not None and parts.ctx.model_pull.busy)
             or any(
-                parts.writer.pending(ws) or ws.syncer.rebuilding or ws.syncer.has_pending()
+                parts.writer.pending(ws) or ws.syncer.status.rebuilding or ws.syncer.has_pending()
                 for ws in parts.registry.all()
             )
         )

@@ -155,15 +155,15 @@ def check(
             pending += 1  # edits from before the probe could see them: a rescan comes
     elif not walked and not problems:
         problems.append(_unvouched(watcher))
-    skipped = len(ws.syncer.skipped) + _unreadable(ws)
+    skipped = len(ws.syncer.status.skipped) + _unreadable(ws)
     return Claim(
         generation=generation,
         pending=pending,
         unembedded=unembedded,
         skipped=skipped,
-        rebuilding=ws.syncer.rebuilding,
+        rebuilding=ws.syncer.status.rebuilding,
         watcher=watcher.get("state"),
-        last_sync=ws.syncer.last_sync,
+        last_sync=ws.syncer.status.last_sync,
         waited_ms=waited_ms,
         problems=problems,
         vectors_current=lambda: _vectors_current(ws),
@@ -231,7 +231,7 @@ def _stale_count(
             _recounting.add(ws.root)
     found: set[str] | None = None
     try:
-        found = stale_keys(store, ws.root, keys, skipped={p for p, _ in ws.syncer.skipped})
+        found = stale_keys(store, ws.root, keys, skipped={p for p, _ in ws.syncer.status.skipped})
         return len(found), found
     finally:
         if many:
@@ -251,7 +251,7 @@ def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
     elif watcher_state == "failed":
         problems.append("the file watcher failed: edits are found only by the periodic reconcile")
     cap = ws.syncer.config.max_file_bytes
-    for rel, size in sorted(ws.syncer.partial.items()):
+    for rel, size in sorted(ws.syncer.status.partial.items()):
         problems.append(
             f"{rel} is {size:,} bytes, over index.max_file_bytes ({cap:,}): only its first "
             f"{cap:,} bytes are indexed, its newest text is not searchable"

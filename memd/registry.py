@@ -308,7 +308,7 @@ class Workspaces:
             if {"extra_paths", "sessions_dir"} & set(changed):
                 old = ws.syncer
                 with old.lock:
-                    if old.rebuilding:
+                    if old.status.rebuilding:
                         raise BadRequest(f"{ws.name} is being rebuilt; change its settings after")
                     ws.syncer = Syncer(
                         ws.index,
@@ -425,7 +425,7 @@ class Workspaces:
         with self._lock:
             self.embedder, self.protect = embedder, protect
             for ws in self._workspaces.values():
-                ws.syncer.embedder, ws.syncer.protect = embedder, protect
+                ws.syncer.use_embedder(embedder, protect=protect)
 
     def all(self) -> list[Workspace]:
         with self._lock:

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from memd.changes import Changes
 from memd.embed.base import DOCUMENT_JOB_CHARS
 from memd.index.index import reads_first
-from memd.index.sync import SyncReport
+from memd.index.report import SyncReport
 from memd.markdown.append import Appended, append_daily
 from memd.registry import Workspaces
 from memd.workspace import Workspace
@@ -52,7 +52,7 @@ SYNC_SLICE = 64
 # whole file (a daily log of 30 chunks is 20 s of a slow CPU).
 EMBED_STEP_CHARS = DOCUMENT_JOB_CHARS
 # How long shutdown waits for a rebuild to stop: it stops between two files or two embedding
-# steps (memd/index/sync.py), and its temporary file is removed.
+# steps (memd/index/rebuild.py), and its temporary file is removed.
 REBUILD_STOP_S = 5.0
 
 
@@ -217,7 +217,7 @@ class Writer:
         if self._join_rebuild(ws, future):
             return future
         if not force:
-            ws.syncer.look_next = True  # every file's content is compared, not its size and mtime
+            ws.syncer.compare_contents_next()  # not only each file's size and mtime
             return self.request_sync(ws, priority=URGENT)
         self._start_rebuild(ws, future)
         return future
@@ -478,7 +478,7 @@ class Writer:
         s = ws.syncer
         return (
             bool(s.embedder)
-            and not s.rebuilding
+            and not s.status.rebuilding
             and not s.backing_off()
             and not s.resting()
             and s.has_pending()
@@ -498,12 +498,11 @@ class Writer:
             # An embedder with a step of its own (a remote API: one wave of parallel requests)
             # takes the texts of as many files as the step holds.
             step = ws.syncer.embedder.step_chars if ws.syncer.embedder else 0
-            ws.syncer.wake = self._nudge  # its wave, sent in the background, is back
             try:
                 ws.syncer.embed_pending(
                     max_files=None if step else 1,
                     max_chars=EMBED_STEP_CHARS,
-                    background=bool(step),
+                    wake=self._nudge if step else None,  # its wave, sent in the background, is back
                 )
             except Exception as exc:
                 logger.warning("embedding in %s failed: %s", ws.name, exc)

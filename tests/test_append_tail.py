@@ -171,7 +171,7 @@ def test_an_append_to_a_long_log_rewrites_only_its_tail(
     with open(log, "a") as f:
         f.write("- the staging cluster is renamed to vega\n")
     report = syncer.sync(paths=Changes.of({LOG}))
-    assert syncer.tails == 1 and report.indexed == 1
+    assert syncer.status.tails == 1 and report.indexed == 1
     assert report.chunks_written <= 2, "only the last chunk and the new one"
     with index.reader() as store:
         after = {r[0]: r for r in store.conn.execute("SELECT id, hash FROM chunks")}
@@ -192,7 +192,7 @@ def test_a_change_before_the_end_indexes_the_file_whole(
     lines[10] = "- 0010 the deploy of build 10 was rolled back\n"
     log.write_text("".join(lines) + "- one more line\n")  # longer, but not by an append
     syncer.sync(paths=Changes.of({LOG}))
-    assert syncer.tails == 0
+    assert syncer.status.tails == 0
     with index.reader() as store:
         assert store.reads.keyword_candidates('"rolled"', None, 5)
     assert snapshot(index) == fresh(workspace, config.index, config.index_dir, FakeEmbedder())
@@ -233,7 +233,7 @@ def test_a_log_that_grows_past_the_cap_keeps_its_head_searchable(
         f.write("- evening: the walrus cluster went down\n")
     report = syncer.sync(paths=Changes.of({LOG}))
     assert not report.errors and not report.skipped
-    assert syncer.partial == {LOG: log.stat().st_size}
+    assert syncer.status.partial == {LOG: log.stat().st_size}
     with index.reader() as store:
         assert store.reads.keyword_candidates('"zebra"', None, 5), "the head stays searchable"
         assert not store.reads.keyword_candidates('"walrus"', None, 5), "past the cap"
@@ -249,7 +249,7 @@ def test_a_log_that_grows_past_the_cap_keeps_its_head_searchable(
     with index.reader() as store:
         assert store.generation() == generation
     full = syncer.sync()  # a full reconcile says the same
-    assert syncer.partial == {LOG: log.stat().st_size} and not full.skipped
+    assert syncer.status.partial == {LOG: log.stat().st_size} and not full.skipped
 
 
 def test_a_single_line_over_the_cap_is_cut_at_a_character(

@@ -18,7 +18,8 @@ import memd_client
 from memd.changes import Changes
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
-from memd.index.sync import Syncer, SyncReport
+from memd.index.report import SyncReport
+from memd.index.sync import Syncer
 from memd_client.errors import BadRequest, PathRefused, UnknownMethod, UnknownWorkspace
 
 from .daemon_fixture import running_daemon

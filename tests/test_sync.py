@@ -102,10 +102,10 @@ def test_same_size_and_mtime_rewrite_is_found_when_named_or_on_reindex(
     assert report.indexed == 1
     assert "Friday" in texts(index)
     rewrite("The release train leaves on Sunday.\n")
-    syncer.look_next = True  # what `memctl reindex` (without --force) asks for
+    syncer.compare_contents_next()  # what `memctl reindex` (without --force) asks for
     assert syncer.sync().indexed == 1
     assert "Sunday" in texts(index)
-    assert not syncer.look_next
+    assert not syncer._look_next
 
 
 def test_edit_replaces_only_that_file(syncer: Syncer, write: WriteFile, index: Index) -> None:
@@ -434,7 +434,7 @@ def test_oversized_file_is_indexed_in_part_and_reported(
     write("MEMORY.md", NOTE)
     syncer = Syncer(index, workspace, config=IndexConfig(max_file_bytes=1000))
     report = syncer.sync()
-    assert not report.skipped and syncer.partial == {"memory/huge.md": 5011}
+    assert not report.skipped and syncer.status.partial == {"memory/huge.md": 5011}
     with index.reader() as store:
         assert set(store.files()) == {"MEMORY.md", "memory/huge.md"}
         texts = [str(r[0]) for r in store.conn.execute("SELECT text FROM chunks")]
