@@ -46,7 +46,8 @@ from memd.readers import ReaderPool
 from memd.registry import Workspaces, load_registry
 from memd.service import MemoryService
 from memd.watch import Watchers
-from memd.writer import RECONCILE, WATCH, Writer
+from memd.writer.jobs import RECONCILE, WATCH
+from memd.writer.writer import Writer
 from memd_client.errors import MemdError
 from memd_client.paths import socket_path
 

@@ -30,7 +30,7 @@ from memd.index.store import Store
 from memd.markdown.discover import memory_file
 from memd.watch import Watchers
 from memd.workspace import Workspace
-from memd.writer import Writer
+from memd.writer.writer import Writer
 
 __all__ = ["Claim", "check", "count_stale", "freshness", "stale_keys", "workspace_problems"]
 

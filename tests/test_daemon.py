@@ -513,7 +513,7 @@ def test_an_append_waits_for_one_slice_of_a_bulk_edit_not_all_of_it(
     """A ``git checkout`` of 300 files is indexed SYNC_SLICE files per writer job; an append
     made meanwhile indexes only the daily log it wrote, after the slice that is running. The
     sync someone waited for still resolves once every file is in."""
-    from memd.writer import SYNC_SLICE
+    from memd.writer.writer import SYNC_SLICE
 
     with client(daemon) as c:
         c.call("workspace_add", path=str(ws), name="agent")

@@ -165,7 +165,7 @@ def test_a_writer_step_stores_a_few_files_and_leaves_the_rest_in_the_cache(
     from memd.index.cache import EmbeddingCache
     from memd.index.index import Index
     from memd.index.sync import Syncer
-    from memd.writer import EMBED_STEP_CHARS
+    from memd.writer.embedding import EMBED_STEP_CHARS
 
     ws = tmp_path / "many"
     daily_notes(ws, files=60)

@@ -18,7 +18,7 @@ from memd.params import bool_param, only, str_param
 from memd.scopes import Caller
 from memd.text import first_control
 from memd.workspace import Workspace
-from memd.writer import URGENT
+from memd.writer.jobs import URGENT
 from memd_client.errors import BadRequest, MemdError, Timeout
 from memd_client.types import AppendResult, ReindexEstimate, ReindexReport, ReindexResult
 

@@ -1,15 +1,13 @@
 """The single writer: one thread applies every index write of every workspace.
 
 Watcher batches, periodic reconciles, appends, promotions into MEMORY.md and read-your-writes
-waits all become jobs on one priority queue; between jobs, when no sync is queued, the thread
-embeds a step of the pending text (EMBED_STEP_CHARS), so a long embedding backlog never holds
-up a write that someone waits for. A write someone waits for indexes only the files it wrote,
-and a sync of many changed files (a ``git checkout``) goes SYNC_SLICE files at a time, so an
-append waits for one slice of a bulk edit, not all of it. A rebuild runs on a thread of its
-own, building a new file while the live index serves; a reindex asked for meanwhile waits for
-it and gets its report, and shutdown abandons it (the old index stays).
+waits all become jobs on one priority queue. A write someone waits for indexes only the files
+it wrote, and a sync of many changed files (a ``git checkout``) goes SYNC_SLICE files at a
+time, so an append waits for one slice of a bulk edit, not all of it.
 
-Over 400 lines: every kind of write the one writer thread takes, with its queueing.
+The Writer holds the thread, its queue and every request. Between jobs it embeds
+(memd/writer/embedding.py); rebuilds run on threads of their own (memd/writer/rebuilds.py);
+its jobs are memd/writer/jobs.py, what it knows of each workspace memd/writer/state.py.
 """
 
 from __future__ import annotations
@@ -23,70 +21,35 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from memd.changes import Changes
-from memd.embed.base import DOCUMENT_JOB_CHARS
 from memd.index.index import reads_first
 from memd.index.report import SyncReport
 from memd.markdown.append import Appended, append_daily
 from memd.registry import Workspaces
 from memd.workspace import Workspace
+from memd.writer.embedding import EmbeddingSteps
+from memd.writer.jobs import URGENT, WATCH, Job, claim, relay
+from memd.writer.rebuilds import REBUILD_STOP_S, Rebuilds
+from memd.writer.state import StateQueries, WorkspaceState
 from memd_client.errors import Busy, IndexError_, PathRefused, UnknownWorkspace
 
-__all__ = ["Writer", "URGENT", "WATCH", "RECONCILE"]
+__all__ = ["Writer"]
 
 logger = logging.getLogger(__name__)
 
-URGENT, WATCH, RECONCILE = 0, 1, 2
+
 T = TypeVar("T")
 
 # Changed files one sync job indexes before the jobs queued behind it get a turn. A file takes
 # a few milliseconds; 64 of them keep an append's wait during a bulk edit well under a second.
 SYNC_SLICE = 64
-# New text the writer embeds between two jobs. A file's texts are embedded over as many steps
-# as it takes (they wait in the embedding cache), so an append waits for one step, not for a
-# whole file (a daily log of 30 chunks is 20 s of a slow CPU).
-EMBED_STEP_CHARS = DOCUMENT_JOB_CHARS
-# How long shutdown waits for a rebuild to stop: it stops between two files or two embedding
-# steps (memd/index/rebuild.py), and its temporary file is removed.
-REBUILD_STOP_S = 5.0
 
 
-class _RebuildCancelled(BaseException):
-    """Raised inside a rebuild (from its progress callback) when memd stops. A BaseException:
-    no ``except Exception`` on the way may take it for a provider failure."""
-
-
-@dataclass(order=True)
-class _Job:
-    priority: int
-    seq: int
-    kind: str = field(compare=False)
-    root: Path = field(compare=False)
-    future: Future[Any] = field(compare=False)
-    payload: Any = field(compare=False, default=None)
-
-
-@dataclass
-class _State:
-    """What the writer knows of one workspace."""
-
-    dirty: Changes = Changes()
-    queued: _Job | None = None  # the not yet started sync job, which later requests join
-    running: Changes = Changes()  # the changes the running sync took
-    rebuild: threading.Thread | None = None
-    # Who waits for the running rebuild's report (None: no rebuild runs).
-    waiters: list[Future[SyncReport]] | None = None
-    sync_started_at: float = 0.0  # wall-clock start of the last sync that completed
-    rescanned_at: float = 0.0  # wall-clock start of the last complete walk without errors
-    walk_errors: list[tuple[str, str]] = field(default_factory=list)  # of the last walk
-
-
-class Writer:
+class Writer(StateQueries, EmbeddingSteps, Rebuilds):
     def __init__(
         self,
         workspaces: Workspaces,
@@ -95,9 +58,9 @@ class Writer:
     ) -> None:
         self.workspaces = workspaces
         self.clock = clock  # the promotion's "now" (tests set it)
-        self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
+        self._queue: queue.PriorityQueue[Job] = queue.PriorityQueue()
         self._seq = itertools.count(1)
-        self._states: dict[Path, _State] = {}
+        self._states: dict[Path, WorkspaceState] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._abandon = threading.Event()  # rebuilds stop at their next step (memd stops)
@@ -119,7 +82,7 @@ class Writer:
         deadline = time.monotonic() + REBUILD_STOP_S
         self.abandon_rebuilds()
         self._stopping.set()
-        self._queue.put(_Job(-1, 0, "stop", Path("/"), Future()))
+        self._queue.put(Job(-1, 0, "stop", Path("/"), Future()))
         self._thread.join(timeout)
         for ws in self.workspaces.all():  # a wave of requests in flight ends within its timeout
             ws.syncer.settle(timeout)
@@ -137,17 +100,11 @@ class Writer:
             if job.kind != "stop" and job.future.set_running_or_notify_cancel():
                 job.future.set_exception(Busy("memd is shutting down"))
 
-    def abandon_rebuilds(self) -> None:
-        """Stop every rebuild at its next file or embedding step (its temporary file goes, the
-        old index stays) and answer whoever waits for one (Busy): the first step of shutdown,
-        before the connections waiting for those answers are closed."""
-        self._abandon.set()
-
     # -- requests -------------------------------------------------------------------------------
 
-    def _state(self, root: Path) -> _State:
+    def _state(self, root: Path) -> WorkspaceState:
         with self._lock:
-            return self._states.setdefault(root, _State())
+            return self._states.setdefault(root, WorkspaceState())
 
     def request_sync(
         self, ws: Workspace, keys: Changes | None = None, *, priority: int = WATCH
@@ -155,17 +112,17 @@ class Writer:
         """Queue a sync of ``ws`` (joining one already queued) for ``keys``, what changed (none:
         a rescan of the whole workspace)."""
         with self._lock:
-            state = self._states.setdefault(ws.root, _State())
+            state = self._states.setdefault(ws.root, WorkspaceState())
             state.dirty |= keys or Changes.everything()
             job = state.queued
             if job is not None and job.priority <= priority:
                 return job.future
-            job = _Job(priority, next(self._seq), "sync", ws.root, Future())
+            job = Job(priority, next(self._seq), "sync", ws.root, Future())
             if state.queued is not None:
                 # A more urgent request: the new job replaces the queued one, which then
                 # resolves with the new job's report.
                 older = state.queued
-                job.future.add_done_callback(functools.partial(_relay, target=older.future))
+                job.future.add_done_callback(functools.partial(relay, target=older.future))
                 older.kind = "skip"
             state.queued = job
         self._check_running()
@@ -186,7 +143,7 @@ class Writer:
     def append(self, ws: Workspace, text: str, *, day: date | None = None) -> Future[Appended]:
         """Append ``text`` to the daily log of ``ws`` for ``day`` (today in the user's time zone
         when not given); resolves once it is searchable."""
-        job = _Job(URGENT, next(self._seq), "append", ws.root, Future(), payload=(text, day))
+        job = Job(URGENT, next(self._seq), "append", ws.root, Future(), payload=(text, day))
         self._check_running()
         self._queue.put(job)
         return job.future
@@ -202,7 +159,7 @@ class Writer:
         """Run ``work`` (a write into ``ws``'s files) on the writer, then index exactly the
         files it wrote (``indexes``: their workspace paths, or a function of its result that
         names them); the future resolves with its result once they are searchable."""
-        job = _Job(priority, next(self._seq), "work", ws.root, Future(), payload=(work, indexes))
+        job = Job(priority, next(self._seq), "work", ws.root, Future(), payload=(work, indexes))
         self._check_running()
         self._queue.put(job)
         return job.future
@@ -221,67 +178,6 @@ class Writer:
             return self.request_sync(ws, priority=URGENT)
         self._start_rebuild(ws, future)
         return future
-
-    def dirty_keys(self, ws: Workspace) -> Changes:
-        """The changes not yet indexed in ``ws``: queued for the next sync, or being indexed by
-        the running one."""
-        queued, running = self.pending_keys(ws)
-        return queued | running
-
-    def pending_keys(self, ws: Workspace) -> tuple[Changes, Changes]:
-        """(the changes queued for the next sync of ``ws``, those the running sync is indexing
-        now); either may ask for a rescan."""
-        with self._lock:
-            state = self._states.get(ws.root)
-            return (state.dirty, state.running) if state else (Changes(), Changes())
-
-    def rescanned_since(self, ws: Workspace, when: float) -> bool:
-        """True when a walk of the whole workspace that started after ``when`` (wall clock)
-        has completed without errors: every file as it was at ``when`` is indexed."""
-        with self._lock:
-            state = self._states.get(ws.root)
-            return state is not None and state.rescanned_at > when
-
-    def walk_errors(self, ws: Workspace) -> list[tuple[str, str]]:
-        """The files the last walk of ``ws`` could not index, with why (a walk with any does
-        not vouch for the workspace: those files are not in the index)."""
-        with self._lock:
-            state = self._states.get(ws.root)
-            return list(state.walk_errors) if state else []
-
-    def wait_embedded(self, ws: Workspace, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds until no file of ``ws`` lacks vectors; False when some
-        still does (the time ran out, or nothing embeds now: no provider, a failure's backoff,
-        a rebuild)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._progress:
-                seen = self._steps
-            if not ws.syncer.has_pending():
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._may_embed(ws) or self._stopping.is_set():
-                return False
-            with self._progress:
-                if self._steps == seen:
-                    self._progress.wait(left)
-
-    def _stepped(self) -> None:
-        with self._progress:
-            self._steps += 1
-            self._progress.notify_all()
-
-    def pending(self, ws: Workspace) -> int:
-        """Changed paths known to the writer and not yet indexed (a rescan counts as one)."""
-        with self._lock:
-            state = self._states.get(ws.root)
-            return len(state.dirty) if state else 0
-
-    def synced_since(self, ws: Workspace, when: float) -> bool:
-        """True when a sync that started after ``when`` (wall clock) has completed."""
-        with self._lock:
-            state = self._states.get(ws.root)
-            return state is not None and state.sync_started_at > when
 
     def _check_running(self) -> None:
         if self._stopping.is_set():
@@ -312,8 +208,8 @@ class Writer:
         with self._lock:
             return any(state.queued is not None for state in self._states.values())
 
-    def _do(self, job: _Job) -> None:
-        if job.kind == "skip" or not _claim(job.future):
+    def _do(self, job: Job) -> None:
+        if job.kind == "skip" or not claim(job.future):
             return
         ws = self._workspace(job.root)
         if ws is None:
@@ -324,7 +220,7 @@ class Writer:
             # Not the directory registered (unmounted, replaced) or gone: nothing is written
             # into it and its index is kept as it is; the changed paths stay pending.
             with self._lock:
-                state = self._states.setdefault(ws.root, _State())
+                state = self._states.setdefault(ws.root, WorkspaceState())
                 if state.queued is job:
                     state.queued = None
             logger.debug("%s of %s refused: %s", job.kind, ws.name, problem)
@@ -351,12 +247,12 @@ class Writer:
             logger.warning("%s of %s failed: %s", job.kind, ws.name, exc)
             job.future.set_exception(exc)
 
-    def _go_on(self, ws: Workspace, job: _Job, report: SyncReport) -> bool:
+    def _go_on(self, ws: Workspace, job: Job, report: SyncReport) -> bool:
         """Queue ``job`` again when changed files remain after its slice (True), behind the
         jobs already queued; a sync requested meanwhile takes the rest instead, and ``job``
         resolves with it."""
         with self._lock:
-            state = self._states.setdefault(ws.root, _State())
+            state = self._states.setdefault(ws.root, WorkspaceState())
             if not state.dirty:
                 return False
             job.payload = report
@@ -369,15 +265,15 @@ class Writer:
         if newer is None:
             self._queue.put(job)
         else:
-            newer.future.add_done_callback(functools.partial(_relay, target=job.future))
+            newer.future.add_done_callback(functools.partial(relay, target=job.future))
         return True
 
-    def _append_batch(self, ws: Workspace, first: _Job) -> None:
+    def _append_batch(self, ws: Workspace, first: Job) -> None:
         """Write ``first`` and every other append queued for the same workspace, then make
         them searchable with one sync: 60 queued appends cost one re-index of the daily log,
         not 60, and an edit in another workspace waits behind one batch, not all of them."""
         batch = [first, *self._take_queued_appends(ws.root)]
-        written: list[tuple[_Job, Appended]] = []
+        written: list[tuple[Job, Appended]] = []
         for job in batch:
             if job is not first and not job.future.set_running_or_notify_cancel():
                 continue
@@ -411,7 +307,7 @@ class Writer:
         for job, appended in written:
             job.future.set_result(appended)
 
-    def _take_queued_appends(self, root: Path, limit: int = 256) -> list[_Job]:
+    def _take_queued_appends(self, root: Path, limit: int = 256) -> list[Job]:
         """Remove and return the appends queued for ``root``, oldest first."""
         with self._queue.mutex:
             heap = self._queue.queue
@@ -422,11 +318,11 @@ class Writer:
                 heapq.heapify(heap)
         return mine
 
-    def _sync(self, ws: Workspace, job: _Job | None, only: set[str] | None = None) -> SyncReport:
+    def _sync(self, ws: Workspace, job: Job | None, only: set[str] | None = None) -> SyncReport:
         """Index the files the writer itself wrote (``only``), or the changed files: all of
         them when a rescan is among them, else at most SYNC_SLICE (the rest stay queued)."""
         with self._lock:
-            state = self._states.setdefault(ws.root, _State())
+            state = self._states.setdefault(ws.root, WorkspaceState())
             if job is not None and state.queued is job:
                 state.queued = None
             if only is not None:
@@ -470,130 +366,3 @@ class Writer:
             if ws.root == root:
                 return ws
         return None
-
-    @staticmethod
-    def _may_embed(ws: Workspace) -> bool:
-        """Whether the live index of ``ws`` has embedding to do now; not while a rebuild embeds
-        the same texts (both at once went at a third of the speed; the swap catches up)."""
-        s = ws.syncer
-        return (
-            bool(s.embedder)
-            and not s.status.rebuilding
-            and not s.backing_off()
-            and not s.resting()
-            and s.has_pending()
-        )
-
-    def _has_embedding_work(self) -> bool:
-        return any(self._may_embed(ws) for ws in self.workspaces.all())
-
-    def _embed_one(self) -> None:
-        """Embed one pending file of one workspace (round-robin), if any."""
-        workspaces = self.workspaces.all()
-        for i in range(len(workspaces)):
-            ws = workspaces[(self._embed_cursor + i) % len(workspaces)]
-            if not self._may_embed(ws):
-                continue
-            self._embed_cursor = (self._embed_cursor + i + 1) % len(workspaces)
-            # An embedder with a step of its own (a remote API: one wave of parallel requests)
-            # takes the texts of as many files as the step holds.
-            step = ws.syncer.embedder.step_chars if ws.syncer.embedder else 0
-            try:
-                ws.syncer.embed_pending(
-                    max_files=None if step else 1,
-                    max_chars=EMBED_STEP_CHARS,
-                    wake=self._nudge if step else None,  # its wave, sent in the background, is back
-                )
-            except Exception as exc:
-                logger.warning("embedding in %s failed: %s", ws.name, exc)
-            self._stepped()
-            return
-
-    def _nudge(self) -> None:
-        """Wake the writer (a wave of embedding requests is back): a job that does nothing."""
-        if not self._stopping.is_set():
-            self._queue.put(_Job(RECONCILE, next(self._seq), "skip", Path("/"), Future()))
-
-    def _join_rebuild(self, ws: Workspace, future: Future[SyncReport]) -> bool:
-        """Make ``future`` wait for the rebuild of ``ws`` that runs, if one does."""
-        with self._lock:
-            state = self._states.get(ws.root)
-            if state is None or state.waiters is None:
-                return False
-            state.waiters.append(future)
-            return True
-
-    def _start_rebuild(self, ws: Workspace, future: Future[SyncReport] | None) -> None:
-        """Rebuild ``ws`` on a thread of its own; ``future`` (and whoever joins meanwhile)
-        resolves with its report. One already running is joined instead."""
-        if future is not None and self._join_rebuild(ws, future):
-            return
-        problem = ws.root_problem()
-        if problem is not None:
-            if future is not None:
-                future.set_exception(PathRefused(problem))
-            return
-        reason = "forced" if future else ws.syncer.state()[1]
-
-        def run() -> None:
-            reads_first()
-            report: SyncReport | None = None
-            error: BaseException | None = None
-            try:
-                report = ws.syncer.rebuild(reason=reason, progress=self._rebuild_progress)
-                # What the live index still lacks after the swap: the vectors of files that
-                # changed while it was built (the writer embeds them next).
-                with ws.index.reader() as store:
-                    report.pending_files = store.pending_count()
-            except _RebuildCancelled:
-                logger.info("rebuild of %s abandoned: memd is stopping (old index kept)", ws.name)
-                error = Busy("memd is shutting down: the rebuild was abandoned, old index kept")
-            except BaseException as exc:
-                logger.exception("rebuild of %s failed", ws.name)
-                error = exc
-            finally:
-                with self._lock:
-                    waiters, state.waiters = state.waiters or [], None
-                for waiting in waiters:
-                    if waiting.done() or not _claim(waiting):
-                        continue
-                    if error is not None or report is None:
-                        waiting.set_exception(error or RuntimeError("the rebuild gave no report"))
-                    else:
-                        waiting.set_result(report)
-
-        with self._lock:
-            state = self._states.setdefault(ws.root, _State())
-            if self._abandon.is_set():  # checked under the lock stop() collects threads with
-                if future is not None:
-                    future.set_exception(Busy("memd is shutting down"))
-                return
-            if state.waiters is not None:  # another started it meanwhile
-                if future is not None:
-                    state.waiters.append(future)
-                return
-            state.waiters = [future] if future is not None else []
-            thread = threading.Thread(target=run, name=f"memd-rebuild-{ws.name}", daemon=True)
-            state.rebuild = thread
-        thread.start()
-
-    def _rebuild_progress(self, phase: str, done: int, total: int) -> None:
-        """Called by a rebuild between files and embedding steps: stop it when memd stops."""
-        if self._abandon.is_set():
-            raise _RebuildCancelled
-
-
-def _claim(future: Future[Any]) -> bool:
-    """Mark ``future`` running (a sync that goes on after its first slice already is); False
-    when it was cancelled."""
-    return future.running() or future.set_running_or_notify_cancel()
-
-
-def _relay(source: Future[SyncReport], *, target: Future[SyncReport]) -> None:
-    if target.done() or not _claim(target):
-        return
-    exc = source.exception()
-    if exc is not None:
-        target.set_exception(exc)
-    else:
-        target.set_result(source.result())
