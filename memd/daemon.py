@@ -28,6 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from memd.changes import Changes
 from memd.config import Config
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
@@ -44,8 +45,9 @@ from memd.private import make_private, open_private_file, private_directory
 from memd.readers import ReaderPool
 from memd.registry import Workspaces, load_registry
 from memd.service import MemoryService
-from memd.watch import RESCAN_SESSIONS, Watchers
-from memd.writer import RECONCILE, WATCH, Writer
+from memd.watch import Watchers
+from memd.writer.jobs import RECONCILE, WATCH
+from memd.writer.writer import Writer
 from memd_client.errors import MemdError
 from memd_client.paths import socket_path
 
@@ -224,7 +226,7 @@ class Daemon:
                 break
             busy = (
                 parts.writer.jobs_done + parts.dispatcher.calls,
-                any(ws.syncer.rebuilding for ws in parts.registry.all()),
+                any(ws.syncer.status.rebuilding for ws in parts.registry.all()),
             )
             if busy != (work_seen, False):
                 work_seen = busy[0]
@@ -406,7 +408,7 @@ class Daemon:
         for ws in parts.registry.all():
             try:
                 if ws.syncer.sessions_due():
-                    parts.writer.request_sync(ws, {RESCAN_SESSIONS})
+                    parts.writer.request_sync(ws, Changes.sessions())
             except Exception as exc:
                 logger.warning("checking transcripts of %s failed: %s", ws.name, exc)
 
@@ -464,7 +466,7 @@ class _Idle:
             or parts.server.connections > 0
             or (parts.ctx.model_pull is not None and parts.ctx.model_pull.busy)
             or any(
-                parts.writer.pending(ws) or ws.syncer.rebuilding or ws.syncer.has_pending()
+                parts.writer.pending(ws) or ws.syncer.status.rebuilding or ws.syncer.has_pending()
                 for ws in parts.registry.all()
             )
         )

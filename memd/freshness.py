@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memd.changes import Changes
 from memd.index.store import Store
 from memd.markdown.discover import memory_file
-from memd.watch import RESCAN_ALL, RESCANS, Watchers
+from memd.watch import Watchers
 from memd.workspace import Workspace
-from memd.writer import Writer
+from memd.writer.writer import Writer
 
 __all__ = ["Claim", "check", "count_stale", "freshness", "stale_keys", "workspace_problems"]
 
@@ -118,10 +119,10 @@ def check(
     # after the read that reported it.
     probe = watchers.probe(ws.root)
     watcher = watchers.state(ws.root)
-    watched = set(watcher.get("pending_keys") or ())
+    watched: Changes = watcher.get("pending_keys") or Changes()
     queued, running = writer.pending_keys(ws)
     probed = set(probe.keys) if probe is not None else set()
-    keys = (watched | queued | probed) - RESCANS - running
+    keys = {*watched.paths, *queued.paths, *probed} - running.paths
 
     def rescanned(when: float) -> bool:
         return writer.rescanned_since(ws, when)
@@ -135,14 +136,14 @@ def check(
     if found is not None and probed:
         watchers.settle(ws.root, (probed & keys) - found)
     # Being indexed now: the rows are not committed yet.
-    pending = stale + len(running - RESCANS)
+    pending = stale + len(running.paths)
     if walked_stale is not None:
         pending = max(pending, walked_stale)
-    if (queued | running) & RESCANS:
+    if (queued | running).rescans:
         pending += 1  # a rescan is queued or runs: something may have changed
     # A walk of every file, begun after the reply started, vouches for what nobody reported.
     walked = walked_stale is not None or rescanned(since)
-    if RESCAN_ALL in watched and not walked and not rescanned(watcher.get("rescan_at") or since):
+    if watched.rescan_all and not walked and not rescanned(watcher.get("rescan_at") or since):
         pending += 1  # the watcher asks for a rescan (a folder changed, events were lost)
     problems = workspace_problems(ws, watcher.get("state"))
     unread = writer.walk_errors(ws)
@@ -154,15 +155,15 @@ def check(
             pending += 1  # edits from before the probe could see them: a rescan comes
     elif not walked and not problems:
         problems.append(_unvouched(watcher))
-    skipped = len(ws.syncer.skipped) + _unreadable(ws)
+    skipped = len(ws.syncer.status.skipped) + _unreadable(ws)
     return Claim(
         generation=generation,
         pending=pending,
         unembedded=unembedded,
         skipped=skipped,
-        rebuilding=ws.syncer.rebuilding,
+        rebuilding=ws.syncer.status.rebuilding,
         watcher=watcher.get("state"),
-        last_sync=ws.syncer.last_sync,
+        last_sync=ws.syncer.status.last_sync,
         waited_ms=waited_ms,
         problems=problems,
         vectors_current=lambda: _vectors_current(ws),
@@ -230,7 +231,7 @@ def _stale_count(
             _recounting.add(ws.root)
     found: set[str] | None = None
     try:
-        found = stale_keys(store, ws.root, keys, skipped={p for p, _ in ws.syncer.skipped})
+        found = stale_keys(store, ws.root, keys, skipped={p for p, _ in ws.syncer.status.skipped})
         return len(found), found
     finally:
         if many:
@@ -250,7 +251,7 @@ def workspace_problems(ws: Workspace, watcher_state: object) -> list[str]:
     elif watcher_state == "failed":
         problems.append("the file watcher failed: edits are found only by the periodic reconcile")
     cap = ws.syncer.config.max_file_bytes
-    for rel, size in sorted(ws.syncer.partial.items()):
+    for rel, size in sorted(ws.syncer.status.partial.items()):
         problems.append(
             f"{rel} is {size:,} bytes, over index.max_file_bytes ({cap:,}): only its first "
             f"{cap:,} bytes are indexed, its newest text is not searchable"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memd.atomicfile import write_atomic
+from memd.changes import Changes
 from memd.config import Config, WorkspaceConfig, refused_directory, refused_extra_path
 from memd.dreams.place import DreamPlace
 from memd.embed.base import Embedder
@@ -48,8 +49,8 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class _Life:
     watchers: Watchers
-    changes: Callable[[Workspace], Callable[[set[str]], None]]
-    sync: Callable[[Workspace, set[str] | None, bool], object]
+    changes: Callable[[Workspace], Callable[[Changes], None]]
+    sync: Callable[[Workspace, Changes | None, bool], object]
     registry_file: Path
 
 
@@ -84,8 +85,8 @@ class Workspaces:
         self,
         *,
         watchers: Watchers,
-        changes: Callable[[Workspace], Callable[[set[str]], None]],
-        sync: Callable[[Workspace, set[str] | None, bool], object],
+        changes: Callable[[Workspace], Callable[[Changes], None]],
+        sync: Callable[[Workspace, Changes | None, bool], object],
         registry_file: Path,
     ) -> None:
         """What a workspace's life needs beyond its index (given by the daemon's build): the
@@ -307,7 +308,7 @@ class Workspaces:
             if {"extra_paths", "sessions_dir"} & set(changed):
                 old = ws.syncer
                 with old.lock:
-                    if old.rebuilding:
+                    if old.status.rebuilding:
                         raise BadRequest(f"{ws.name} is being rebuilt; change its settings after")
                     ws.syncer = Syncer(
                         ws.index,
@@ -424,7 +425,7 @@ class Workspaces:
         with self._lock:
             self.embedder, self.protect = embedder, protect
             for ws in self._workspaces.values():
-                ws.syncer.embedder, ws.syncer.protect = embedder, protect
+                ws.syncer.use_embedder(embedder, protect=protect)
 
     def all(self) -> list[Workspace]:
         with self._lock:

@@ -22,7 +22,8 @@ from memd.embed.select import Choice, choose_embedder
 from memd.embed.usage import Usage
 from memd.index.audit import DumpRow
 from memd.index.cache import EmbeddingCache
-from memd.index.sync import UNCAPPED, Progress, SyncReport
+from memd.index.files import UNCAPPED
+from memd.index.report import Progress, SyncReport
 from memd.markdown.discover import discover
 from memd.markdown.read import GetResult, MemoryPath, locate, read_located
 from memd.readers import ReaderPool
@@ -184,7 +185,7 @@ class MemoryService:
         if not isinstance(query, str):
             raise BadRequest("query must be a string")
         ws = self._workspace(ref)
-        if index_first and ws.syncer.last_sync is None and self.never_indexed(ws):
+        if index_first and ws.syncer.status.last_sync is None and self.never_indexed(ws):
             self.sync(ws.name, embed=False)
         options = SearchOptions.from_config(self.config.search, **overrides)
         try:
@@ -212,7 +213,7 @@ class MemoryService:
     def never_indexed(ws: Workspace) -> bool:
         """No keyword rows yet, or only part of them: the first sync has not run, or runs now
         (it records the index's identity before its first file, and commits file by file)."""
-        if ws.syncer.filling:
+        if ws.syncer.status.filling:
             return True
         with ws.index.reader() as store:
             return store.identity() is None or not store.has_files()
@@ -292,7 +293,7 @@ class MemoryService:
         errors = {p: r.error for p, r in files.items() if r.error}
         vec = ws.index.vec
         syncer = ws.syncer
-        activity = syncer.rebuild_activity or syncer.activity or syncer.backlog
+        activity = syncer.status.current_activity()
         # Transcripts count among the files on disk as among those indexed; one memd cannot
         # read is skipped (and says why), never indexed with nothing in it.
         sessions = syncer.transcripts
@@ -306,7 +307,7 @@ class MemoryService:
             # What is being done now (None: idle): files and chunks done of total, the
             # embedding rate and an ETA. A rebuild is reported before the live index's work.
             "progress": activity.to_dict() if activity is not None else None,
-            "rebuilding": syncer.rebuilding,
+            "rebuilding": syncer.status.rebuilding,
             "root": str(ws.root),
             "index_path": str(ws.index.path),
             "index_bytes": ws.index.path.stat().st_size if ws.index.path.exists() else 0,
@@ -334,8 +335,8 @@ class MemoryService:
                 or counts["pending_files"]
                 or state == "mismatched"
                 or skipped
-                or syncer.rebuilding
-                or syncer.partial
+                or syncer.status.rebuilding
+                or syncer.status.partial
                 or ws.root_problem()
             ),
             "provider": {
@@ -345,7 +346,7 @@ class MemoryService:
                 "dims": self.embedder.dims if self.embedder else 0,
                 "worker": self.embedder.health() if self.embedder else None,
                 "skipped": [{"provider": p, "reason": r} for p, r in self.choice.skipped],
-                "last_error": ws.syncer.last_error,
+                "last_error": ws.syncer.status.last_error,
                 "line_vectors": ws.syncer.line_vectors,
             },
             "vector_store": {
@@ -355,7 +356,7 @@ class MemoryService:
                 "reason": vec.error or None,
             },
             "fts": {"available": True, "tokenizer": identity.get("fts")},
-            "last_sync": ws.syncer.last_sync,
+            "last_sync": ws.syncer.status.last_sync,
             "cache_entries": self.cache.count(),
             "checked_at": time.time(),
         }

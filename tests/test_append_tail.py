@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memd.changes import Changes
 from memd.config import Config, IndexConfig
 from memd.embed.fake import FakeEmbedder
 from memd.index.cache import EmbeddingCache
@@ -136,7 +137,7 @@ def test_appends_indexed_from_the_tail_equal_a_fresh_index(
                 log.write_bytes(log.read_bytes().partition(b"\n")[2])
             with open(log, "ab") as f:
                 f.write(appended(lines, end).encode())
-            report = syncer.sync(paths={LOG} if named else None)
+            report = syncer.sync(paths=Changes.of({LOG}) if named else None)
             assert not report.errors
             assert snapshot(index) == fresh(root, config, tmp, fake)
 
@@ -169,8 +170,8 @@ def test_an_append_to_a_long_log_rewrites_only_its_tail(
     embedded = fake.documents_embedded
     with open(log, "a") as f:
         f.write("- the staging cluster is renamed to vega\n")
-    report = syncer.sync(paths={LOG})
-    assert syncer.tails == 1 and report.indexed == 1
+    report = syncer.sync(paths=Changes.of({LOG}))
+    assert syncer.status.tails == 1 and report.indexed == 1
     assert report.chunks_written <= 2, "only the last chunk and the new one"
     with index.reader() as store:
         after = {r[0]: r for r in store.conn.execute("SELECT id, hash FROM chunks")}
@@ -190,8 +191,8 @@ def test_a_change_before_the_end_indexes_the_file_whole(
     syncer.sync()
     lines[10] = "- 0010 the deploy of build 10 was rolled back\n"
     log.write_text("".join(lines) + "- one more line\n")  # longer, but not by an append
-    syncer.sync(paths={LOG})
-    assert syncer.tails == 0
+    syncer.sync(paths=Changes.of({LOG}))
+    assert syncer.status.tails == 0
     with index.reader() as store:
         assert store.reads.keyword_candidates('"rolled"', None, 5)
     assert snapshot(index) == fresh(workspace, config.index, config.index_dir, FakeEmbedder())
@@ -209,7 +210,7 @@ def test_a_private_key_appended_is_redacted_as_in_a_fresh_index(
     syncer.sync()
     with open(log, "a") as f:
         f.write("-----END PRIVATE KEY-----\n- after the key\n")
-    syncer.sync(paths={LOG})
+    syncer.sync(paths=Changes.of({LOG}))
     with index.reader() as store:
         text = "".join(str(r[0]) for r in store.conn.execute("SELECT text FROM chunks"))
     assert "MIIEvQIBADAN" not in text
@@ -230,9 +231,9 @@ def test_a_log_that_grows_past_the_cap_keeps_its_head_searchable(
     with open(log, "a") as f:
         f.write("".join(f"- {i:04d} routine line of the afternoon\n" for i in range(200)))
         f.write("- evening: the walrus cluster went down\n")
-    report = syncer.sync(paths={LOG})
+    report = syncer.sync(paths=Changes.of({LOG}))
     assert not report.errors and not report.skipped
-    assert syncer.partial == {LOG: log.stat().st_size}
+    assert syncer.status.partial == {LOG: log.stat().st_size}
     with index.reader() as store:
         assert store.reads.keyword_candidates('"zebra"', None, 5), "the head stays searchable"
         assert not store.reads.keyword_candidates('"walrus"', None, 5), "past the cap"
@@ -243,12 +244,12 @@ def test_a_log_that_grows_past_the_cap_keeps_its_head_searchable(
         generation = store.generation()
     with open(log, "a") as f:
         f.write("- later still\n")
-    report = syncer.sync(paths={LOG})
+    report = syncer.sync(paths=Changes.of({LOG}))
     assert report.unchanged == 1 and report.indexed == 0
     with index.reader() as store:
         assert store.generation() == generation
     full = syncer.sync()  # a full reconcile says the same
-    assert syncer.partial == {LOG: log.stat().st_size} and not full.skipped
+    assert syncer.status.partial == {LOG: log.stat().st_size} and not full.skipped
 
 
 def test_a_single_line_over_the_cap_is_cut_at_a_character(

@@ -15,9 +15,11 @@ import msgpack
 import pytest
 
 import memd_client
+from memd.changes import Changes
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
-from memd.index.sync import Syncer, SyncReport
+from memd.index.report import SyncReport
+from memd.index.sync import Syncer
 from memd_client.errors import BadRequest, PathRefused, UnknownMethod, UnknownWorkspace
 
 from .daemon_fixture import running_daemon
@@ -511,7 +513,7 @@ def test_an_append_waits_for_one_slice_of_a_bulk_edit_not_all_of_it(
     """A ``git checkout`` of 300 files is indexed SYNC_SLICE files per writer job; an append
     made meanwhile indexes only the daily log it wrote, after the slice that is running. The
     sync someone waited for still resolves once every file is in."""
-    from memd.writer import SYNC_SLICE
+    from memd.writer.writer import SYNC_SLICE
 
     with client(daemon) as c:
         c.call("workspace_add", path=str(ws), name="agent")
@@ -531,7 +533,7 @@ def test_an_append_waits_for_one_slice_of_a_bulk_edit_not_all_of_it(
             seen.append(sum(1 for rel in store.files() if rel.startswith("memory/bulk/")))
         counted.set()
 
-    synced = writer.request_sync(agent, set(rels))
+    synced = writer.request_sync(agent, Changes.of(rels))
     appended = writer.append(agent, "an urgent note during the checkout")
     appended.add_done_callback(count_bulk)
     assert appended.result(30).path.startswith("memory/") and counted.wait(5)

@@ -161,10 +161,11 @@ def test_a_writer_step_stores_a_few_files_and_leaves_the_rest_in_the_cache(
     append wait for a hundred transactions. A step stores WAVE_STORES files, the next steps
     the rest, from the cache, without asking the provider again."""
     from memd.embed.providers import create_remote
+    from memd.index.backlog import WAVE_STORES
     from memd.index.cache import EmbeddingCache
     from memd.index.index import Index
-    from memd.index.sync import WAVE_STORES, Syncer
-    from memd.writer import EMBED_STEP_CHARS
+    from memd.index.sync import Syncer
+    from memd.writer.embedding import EMBED_STEP_CHARS
 
     ws = tmp_path / "many"
     daily_notes(ws, files=60)

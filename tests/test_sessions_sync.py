@@ -180,7 +180,7 @@ def test_an_explicit_reindex_indexes_a_transcript_grown_below_the_delta(tmp_path
     s.sync()
     with live.reader() as store:
         assert not store.reads.keyword_candidates('"second"', None, 5)  # waits for the delta
-    s.look_next = True  # what `reindex` asks for
+    s.compare_contents_next()  # what `reindex` asks for
     s.sync()
     fresh = Index(tmp_path / "fresh.sqlite")
     fresh.open()

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memd.changes import Changes
 from memd.config import Config, IndexConfig
 from memd.embed.fake import FakeEmbedder
 from memd.index.audit import DumpRow
@@ -97,14 +98,14 @@ def test_same_size_and_mtime_rewrite_is_found_when_named_or_on_reindex(
 
     rewrite("The release train leaves on Friday.\n")  # same size, same mtime
     assert syncer.sync().indexed == 0, "the cheap periodic check trusts size and mtime"
-    report = syncer.sync(paths={"memory/2026-01-02.md"})  # what a file event asks for
+    report = syncer.sync(paths=Changes.of({"memory/2026-01-02.md"}))  # what a file event asks for
     assert report.indexed == 1
     assert "Friday" in texts(index)
     rewrite("The release train leaves on Sunday.\n")
-    syncer.look_next = True  # what `memctl reindex` (without --force) asks for
+    syncer.compare_contents_next()  # what `memctl reindex` (without --force) asks for
     assert syncer.sync().indexed == 1
     assert "Sunday" in texts(index)
-    assert not syncer.look_next
+    assert not syncer._look_next
 
 
 def test_edit_replaces_only_that_file(syncer: Syncer, write: WriteFile, index: Index) -> None:
@@ -433,7 +434,7 @@ def test_oversized_file_is_indexed_in_part_and_reported(
     write("MEMORY.md", NOTE)
     syncer = Syncer(index, workspace, config=IndexConfig(max_file_bytes=1000))
     report = syncer.sync()
-    assert not report.skipped and syncer.partial == {"memory/huge.md": 5011}
+    assert not report.skipped and syncer.status.partial == {"memory/huge.md": 5011}
     with index.reader() as store:
         assert set(store.files()) == {"MEMORY.md", "memory/huge.md"}
         texts = [str(r[0]) for r in store.conn.execute("SELECT text FROM chunks")]
@@ -577,17 +578,17 @@ def test_targeted_sync_reads_only_the_named_paths(
     syncer.sync()
     write("memory/a.md", "alpha changed\n")
     write("memory/b.md", "bravo\n")  # not named: a targeted sync must not see it
-    report = syncer.sync(paths={"memory/a.md"})
+    report = syncer.sync(paths=Changes.of({"memory/a.md"}))
     assert (report.scanned, report.indexed) == (1, 1)
     assert {row[0] for row in dump(index)} == {"MEMORY.md", "memory/a.md"}
     (workspace / "memory/a.md").unlink()
-    assert syncer.sync(paths={"memory/a.md"}).removed == 1
+    assert syncer.sync(paths=Changes.of({"memory/a.md"})).removed == 1
     # Anything a targeted look cannot judge falls back to a full reconcile.
     assert memory_file(workspace, "notes/x.md")[0] == "rescan"
     assert memory_file(workspace, "memory/../MEMORY.md")[0] == "gone"
     (workspace / "memory" / "link.md").symlink_to(workspace / "MEMORY.md")
     assert memory_file(workspace, "memory/link.md")[0] == "gone"
-    report = syncer.sync(paths={"notes/x.md"})
+    report = syncer.sync(paths=Changes.of({"notes/x.md"}))
     assert {row[0] for row in dump(index)} == {"MEMORY.md", "memory/b.md"}
     assert index.writer().integrity() == []
 
@@ -686,7 +687,7 @@ def test_reindexing_an_appended_log_redacts_and_counts_only_what_is_new(
         embedder.token_counts = 0
         with log.open("a") as f:
             f.write("- the staging cluster is renamed to vega\n")
-        report = syncer.sync(paths={"memory/2026-01-04.md"})
+        report = syncer.sync(paths=Changes.of({"memory/2026-01-04.md"}))
         assert report.indexed == 1
         assert len(blocks) <= 2, "only the appended lines are redacted again"
         assert embedder.token_counts <= 3, "only the changed chunks are counted again"
@@ -710,7 +711,7 @@ def test_a_long_file_is_embedded_in_steps_and_equals_a_fresh_rebuild(
     write(
         "memory/long.md", "".join(f"- decision {n}: ship the orion release\n" for n in range(300))
     )
-    syncer.sync(embed=False, paths={"memory/long.md"})
+    syncer.sync(embed=False, paths=Changes.of({"memory/long.md"}))
     assert syncer.has_pending()
     steps = 0
     while syncer.has_pending():
@@ -732,7 +733,7 @@ def test_the_writers_steps_do_not_count_the_vector_table(
     write("MEMORY.md", NOTE)
     syncer.sync()
     write("memory/long.md", "".join(f"- decision {n}: ship the orion release\n" for n in range(90)))
-    syncer.sync(embed=False, paths={"memory/long.md"})
+    syncer.sync(embed=False, paths=Changes.of({"memory/long.md"}))
     statements: list[str] = []
     conn = index.writer().conn
 
@@ -745,7 +746,7 @@ def test_the_writers_steps_do_not_count_the_vector_table(
         syncer.embed_pending(max_files=1, max_chars=1024)
         with (workspace / "memory/long.md").open("a") as f:
             f.write("- one more decision\n")
-        syncer.sync(embed=False, paths={"memory/long.md"})
+        syncer.sync(embed=False, paths=Changes.of({"memory/long.md"}))
     finally:
         conn.exec_trace = None
     assert any("FROM chunks" in s for s in statements), "the trace saw the writer's statements"
@@ -786,7 +787,7 @@ def test_a_growing_daily_log_equals_a_fresh_rebuild(
     for n in range(60):
         with log.open("a", encoding="utf-8") as f:
             f.write(f"- note {n}: the orion cluster was resized to {n} nodes\n")
-        syncer.sync(paths={"memory/2026-03-01.md"})
+        syncer.sync(paths=Changes.of({"memory/2026-03-01.md"}))
     assert dump(index) == fresh_rebuild_dump(config, workspace, fake)
 
 
@@ -822,3 +823,21 @@ def test_a_file_asks_for_its_token_counts_in_one_round_trip(
     counting.batches.clear()
     syncer.sync(force=True)  # the same chunks again: remembered, not asked
     assert counting.batches == []
+
+
+def test_a_file_named_star_is_indexed_as_a_file_not_taken_for_a_rescan(
+    syncer: Syncer, write: WriteFile, index: Index
+) -> None:
+    """Rescans travel as flags of Changes, never as path-like keys: "*" is a path like any
+    other, and a memory file named "*.md" is synced alone, like any named file."""
+    star = Changes.of(["*"])
+    assert star.paths == {"*"} and not star.rescans and not star.rescan_all
+    assert (star | Changes.everything()).rescan_all and len(star | Changes.sessions()) == 2
+    assert (star | Changes.everything()) - Changes.everything() == star
+    write("MEMORY.md", NOTE)
+    syncer.sync()
+    write("memory/*.md", "a note in a file named star\n")
+    write("memory/b.md", "bravo\n")  # not named: a rescan would index it
+    report = syncer.sync(paths=Changes.of(["memory/*.md"]))
+    assert (report.scanned, report.indexed) == (1, 1)
+    assert {row[0] for row in dump(index)} == {"MEMORY.md", "memory/*.md"}

@@ -19,7 +19,8 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
-from memd.watch import RESCAN_ALL, Debouncer, WorkspaceWatcher
+from memd.changes import Changes
+from memd.watch import Debouncer, WorkspaceWatcher
 from memd.watch.fstype import filesystem_type, network_filesystem
 from memd.watch.layout import WatchLayout
 
@@ -31,37 +32,56 @@ pytestmark = pytest.mark.filterwarnings("ignore:Callback with id:RuntimeWarning"
 
 
 class Recorder:
-    """An on_change callback that records batches and lets a test wait for keys."""
+    """An on_change callback that records batches and lets a test wait for changes."""
 
     def __init__(self) -> None:
-        self.batches: list[set[str]] = []
+        self.batches: list[Changes] = []
         self.times: list[float] = []
         self.threads: list[str] = []
         self._cond = threading.Condition()
 
-    def __call__(self, keys: set[str]) -> None:
+    def __call__(self, keys: Changes) -> None:
         with self._cond:
-            self.batches.append(set(keys))
+            self.batches.append(keys)
             self.times.append(time.monotonic())
             self.threads.append(threading.current_thread().name)
             self._cond.notify_all()
 
     @property
     def keys(self) -> set[str]:
+        """The changed paths of every batch so far."""
+        return set(self.changes.paths)
+
+    @property
+    def changes(self) -> Changes:
         with self._cond:
-            return set().union(*self.batches)
+            return _merged(self.batches)
 
     def clear(self) -> None:
         with self._cond:
             self.batches.clear()
             self.times.clear()
 
-    def wait(self, pred: Callable[[set[str]], bool], timeout: float = WAIT_S) -> bool:
+    def wait(self, pred: Callable[[Changes], bool], timeout: float = WAIT_S) -> bool:
         with self._cond:
-            return self._cond.wait_for(lambda: pred(set().union(*self.batches)), timeout)
+            return self._cond.wait_for(lambda: pred(_merged(self.batches)), timeout)
 
     def wait_key(self, key: str, timeout: float = WAIT_S) -> bool:
-        return self.wait(lambda keys: key in keys, timeout)
+        return self.wait(lambda changes: key in changes.paths, timeout)
+
+    def wait_rescan(self, timeout: float = WAIT_S) -> bool:
+        return self.wait(lambda changes: changes.rescan_all, timeout)
+
+
+def _merged(batches: list[Changes]) -> Changes:
+    merged = Changes()
+    for batch in batches:
+        merged |= batch
+    return merged
+
+
+def ch(*paths: str) -> Changes:
+    return Changes.of(paths)
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = WAIT_S) -> bool:
@@ -111,22 +131,22 @@ def test_debouncer_coalesces_a_burst() -> None:
     rec = Recorder()
     with Debouncer(rec, 0.2) as d:
         for key in ("a", "b", "a", "c"):
-            d.push(key)
+            d.push(ch(key))
         assert d.pending() == 3
         assert rec.wait(lambda keys: bool(keys))
-    assert rec.batches == [{"a", "b", "c"}]
+    assert rec.batches == [ch("a", "b", "c")]
     assert rec.threads == ["memd-debounce"]
 
 
 def test_debouncer_restarts_the_timer_on_each_key() -> None:
     rec = Recorder()
     with Debouncer(rec, 0.5) as d:
-        d.push("a")
+        d.push(ch("a"))
         time.sleep(0.1)
         second = time.monotonic()
-        d.push("b")
+        d.push(ch("b"))
         assert rec.wait(lambda keys: bool(keys))
-    assert rec.batches == [{"a", "b"}]
+    assert rec.batches == [ch("a", "b")]
     assert rec.times[0] - second >= 0.5  # timed from the last key, not the first
 
 
@@ -135,7 +155,7 @@ def test_debouncer_max_wait_fires_during_a_constant_stream() -> None:
     with Debouncer(rec, 0.3, max_wait_s=0.4) as d:
         start = time.monotonic()
         while time.monotonic() - start < 1.5:
-            d.push("busy.md")
+            d.push(ch("busy.md"))
             time.sleep(0.02)
         stream_end = time.monotonic()
         assert rec.batches, "nothing delivered while events kept coming"
@@ -147,9 +167,9 @@ def test_debouncer_stop_delivers_pending_keys() -> None:
     rec = Recorder()
     d = Debouncer(rec, 30.0)
     d.start()
-    d.push("x")
+    d.push(ch("x"))
     d.stop()
-    assert rec.batches == [{"x"}]
+    assert rec.batches == [ch("x")]
     assert rec.threads == ["memd-debounce"]
     d.stop()  # idempotent
     assert d.pending() == 0
@@ -157,19 +177,19 @@ def test_debouncer_stop_delivers_pending_keys() -> None:
 
 def test_debouncer_flush_and_failing_callback(caplog: pytest.LogCaptureFixture) -> None:
     rec = Recorder()
-    calls: list[set[str]] = []
+    calls: list[Changes] = []
 
-    def callback(keys: set[str]) -> None:
+    def callback(keys: Changes) -> None:
         calls.append(keys)
         if len(calls) == 1:
             raise RuntimeError("boom")
         rec(keys)
 
     with Debouncer(callback, 30.0) as d:
-        d.push("a")
+        d.push(ch("a"))
         d.flush()
         assert wait_until(lambda: len(calls) == 1)
-        d.push("b")
+        d.push(ch("b"))
         d.flush()
         assert rec.wait_key("b")  # the thread survived the exception
     assert "debounced callback failed" in caplog.text
@@ -202,7 +222,7 @@ def test_new_subfolder_is_watched(workspace: Path, make_watcher: MakeWatcher) ->
     sub = workspace / "memory" / "projects" / "deep"
     sub.mkdir(parents=True)
     (sub / "first.md").write_text("x")
-    assert rec.wait(lambda k: "memory/projects/deep/first.md" in k or RESCAN_ALL in k)
+    assert rec.wait(lambda k: "memory/projects/deep/first.md" in k.paths or k.rescan_all)
     rec.clear()
     (sub / "second.md").write_text("y")
     assert rec.wait_key("memory/projects/deep/second.md")
@@ -233,7 +253,7 @@ def test_rename_reports_both_names(workspace: Path, make_watcher: MakeWatcher) -
     (workspace / "memory" / "a.md").write_text("a")
     _, rec = make_watcher()
     os.rename(workspace / "memory" / "a.md", workspace / "memory" / "b.md")
-    assert rec.wait(lambda k: {"memory/a.md", "memory/b.md"} <= k)
+    assert rec.wait(lambda k: {"memory/a.md", "memory/b.md"} <= k.paths)
 
 
 def test_ignored_and_non_markdown_files_are_not_reported(
@@ -257,10 +277,10 @@ def test_memory_dir_deleted_and_recreated(workspace: Path, make_watcher: MakeWat
     (workspace / "memory" / "a.md").write_text("a")
     assert rec.wait_key("memory/a.md")
     shutil.rmtree(workspace / "memory")
-    assert rec.wait_key(RESCAN_ALL)
+    assert rec.wait_rescan()
     rec.clear()
     (workspace / "memory").mkdir()
-    assert rec.wait_key(RESCAN_ALL)  # the new directory is watched before "*" is reported
+    assert rec.wait_rescan()  # the new directory is watched before the rescan is reported
     rec.clear()
     (workspace / "memory" / "new.md").write_text("n")
     assert rec.wait_key("memory/new.md")
@@ -268,7 +288,7 @@ def test_memory_dir_deleted_and_recreated(workspace: Path, make_watcher: MakeWat
     rec.clear()
     shutil.rmtree(workspace / "memory")
     (workspace / "memory").mkdir()
-    assert rec.wait_key(RESCAN_ALL)
+    assert rec.wait_rescan()
     rec.clear()
     (workspace / "memory" / "again.md").write_text("a")
     assert rec.wait_key("memory/again.md")
@@ -283,12 +303,12 @@ def test_extra_paths(tmp_path: Path, workspace: Path, make_watcher: MakeWatcher)
     (notes / "deep" / "n.md").write_text("n")
     (tmp_path / "sibling.md").write_text("not an extra path")
     (tmp_path / "single.md").write_text("changed")
-    assert rec.wait(lambda k: {"../single.md", "../notes/deep/n.md"} <= k)
+    assert rec.wait(lambda k: {"../single.md", "../notes/deep/n.md"} <= k.paths)
     assert "../sibling.md" not in rec.keys
     # An extra directory that appears inside the workspace after start is picked up.
     rec.clear()
     (workspace / "later").mkdir()
-    assert rec.wait_key(RESCAN_ALL)
+    assert rec.wait_rescan()
     rec.clear()
     (workspace / "later" / "l.md").write_text("l")
     assert rec.wait_key("later/l.md")
@@ -309,7 +329,7 @@ def test_dead_observer_is_restarted(workspace: Path, make_watcher: MakeWatcher) 
     kill_observer(w)
     assert w.check_health() is False
     assert (w.state, w.restarts) == ("watching", 1)
-    assert rec.wait_key(RESCAN_ALL)  # events may have been lost: rescan
+    assert rec.wait_rescan()  # events may have been lost: rescan
     rec.clear()
     (workspace / "memory" / "after.md").write_text("x")
     assert rec.wait_key("memory/after.md")
@@ -324,7 +344,7 @@ def test_dead_emitter_is_restarted(workspace: Path, make_watcher: MakeWatcher) -
     emitter.join()
     assert w.check_health() is False
     assert w.restarts == 1
-    assert rec.wait_key(RESCAN_ALL)
+    assert rec.wait_rescan()
     rec.clear()
     (workspace / "memory" / "after.md").write_text("x")
     assert rec.wait_key("memory/after.md")
@@ -339,7 +359,7 @@ def test_dead_inotify_reader_is_restarted(workspace: Path, make_watcher: MakeWat
     reader.join()
     assert w.check_health() is False
     assert w.restarts == 1
-    assert rec.wait_key(RESCAN_ALL)
+    assert rec.wait_rescan()
     rec.clear()
     (workspace / "memory" / "after.md").write_text("x")
     assert rec.wait_key("memory/after.md")
@@ -353,7 +373,7 @@ def test_handler_exception_does_not_kill_the_observer(
     assert obs is not None
     watch = next(iter(obs.emitters)).watch
     obs.event_queue.put((FileCreatedEvent(12345), watch))  # type: ignore[arg-type]  # malformed
-    assert rec.wait_key(RESCAN_ALL)
+    assert rec.wait_rescan()
     assert obs.is_alive()
     assert "could not handle" in caplog.text
     (workspace / "memory" / "ok.md").write_text("x")
@@ -381,7 +401,7 @@ def test_polling_mode(workspace: Path, make_watcher: MakeWatcher) -> None:
     assert (w.state, w.backend, w.reason) == ("polling", "polling", "polling requested")
     (workspace / "memory" / "p.md").write_text("p")
     (workspace / "MEMORY.md").write_text("m")
-    assert rec.wait(lambda k: {"memory/p.md", "MEMORY.md"} <= k)
+    assert rec.wait(lambda k: {"memory/p.md", "MEMORY.md"} <= k.paths)
     kill_observer(w)
     assert w.check_health() is False
     assert (w.state, w.restarts) == ("polling", 1)
@@ -431,7 +451,7 @@ def test_instance_limit_on_restart_falls_back_to_polling(
     assert w.check_health() is False
     assert (w.state, w.restarts) == ("polling", 1)
     assert w.reason is not None and "EMFILE" in w.reason
-    assert rec.wait_key(RESCAN_ALL)
+    assert rec.wait_rescan()
 
 
 def test_missing_workspace_fails_then_recovers(tmp_path: Path, make_watcher: MakeWatcher) -> None:
@@ -443,7 +463,7 @@ def test_missing_workspace_fails_then_recovers(tmp_path: Path, make_watcher: Mak
     (root / "memory").mkdir(parents=True)
     assert w.check_health() is False  # recovered on this call
     assert w.state == "watching"
-    assert rec.wait_key(RESCAN_ALL)
+    assert rec.wait_rescan()
     rec.clear()
     (root / "memory" / "m.md").write_text("m")
     assert rec.wait_key("memory/m.md")
@@ -486,17 +506,18 @@ def test_layout_keys(tmp_path: Path, workspace: Path) -> None:
     cache_notes = tmp_path / ".cache" / "notes"
     layout = WatchLayout.build(workspace, (str(cache_notes), "../one.md"))
     ws = str(workspace)
-    assert layout.key_for(f"{ws}/memory/a/b.md", is_dir=False) == "memory/a/b.md"
-    assert layout.key_for(f"{ws}/memory/a", is_dir=True) == RESCAN_ALL
+    assert layout.key_for(f"{ws}/memory/a/b.md", is_dir=False) == ch("memory/a/b.md")
+    assert layout.key_for(f"{ws}/memory/a", is_dir=True) == Changes.everything()
     assert layout.key_for(f"{ws}/memory/.git", is_dir=True) is None
     assert layout.key_for(f"{ws}/memory/x.md~", is_dir=False) is None
-    assert layout.key_for(f"{ws}/memory", is_dir=True) == RESCAN_ALL
-    assert layout.key_for(f"{ws}/memory.md", is_dir=False) == "memory.md"
+    assert layout.key_for(f"{ws}/memory", is_dir=True) == Changes.everything()
+    assert layout.key_for(f"{ws}/memory.md", is_dir=False) == ch("memory.md")
+    assert layout.key_for(f"{ws}/memory/*.md", is_dir=False) == ch("memory/*.md")  # no rescan
     assert layout.key_for(f"{ws}/notes.md", is_dir=False) is None
     # Ignore rules apply below an extra directory, not to the directory's own path.
-    assert layout.key_for(f"{cache_notes}/n.md", is_dir=False) == "../.cache/notes/n.md"
+    assert layout.key_for(f"{cache_notes}/n.md", is_dir=False) == ch("../.cache/notes/n.md")
     assert layout.key_for(f"{cache_notes}/.venv/n.md", is_dir=False) is None
-    assert layout.key_for(str(tmp_path / "one.md"), is_dir=False) == "../one.md"
+    assert layout.key_for(str(tmp_path / "one.md"), is_dir=False) == ch("../one.md")
     assert layout.key_for(str(tmp_path / "two.md"), is_dir=False) is None
 
 
@@ -505,19 +526,19 @@ def test_debouncer_keys_being_delivered_are_still_pending() -> None:
     what is pending must find it in one place or the other, never in neither."""
     inside, release = threading.Event(), threading.Event()
 
-    def slow(keys: set[str]) -> None:
+    def slow(keys: Changes) -> None:
         inside.set()
         release.wait(WAIT_S)
 
     with Debouncer(slow, 0.0) as d:
-        d.push("memory/a.md")
+        d.push(ch("memory/a.md"))
         assert inside.wait(WAIT_S)
-        assert d.pending_keys() == {"memory/a.md"}
+        assert d.pending_keys() == ch("memory/a.md")
         release.set()
         deadline = time.monotonic() + WAIT_S
         while d.pending_keys() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert d.pending_keys() == set()
+        assert d.pending_keys() == Changes()
 
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
@@ -573,7 +594,7 @@ def test_the_probe_watches_new_folders_and_asks_for_a_rescan(workspace: Path) ->
         (workspace / "memory" / "sub" / "deeper").mkdir(parents=True)
         view = probe.view()
         assert view is not None and view.rescan_after > before.rescan_after
-        assert RESCAN_ALL in seen.keys
+        assert seen.changes.rescan_all
         (workspace / "memory" / "sub" / "deeper" / "y.md").write_text("y\n")
         view = probe.view()
         assert view is not None and "memory/sub/deeper/y.md" in view.keys
@@ -593,7 +614,7 @@ def test_the_probe_asks_for_a_rescan_when_the_kernel_drops_events(workspace: Pat
             (workspace / "memory" / f"b{n}.md").touch()
         view = probe.view()
         assert view is not None and view.rescan_after > before.rescan_after
-        assert RESCAN_ALL in seen.keys
+        assert seen.changes.rescan_all
     finally:
         probe.close()
 
@@ -606,7 +627,7 @@ def test_the_probe_gives_up_when_the_workspace_directory_goes(tmp_path: Path) ->
     try:
         root.rename(tmp_path / "elsewhere")
         assert probe.view() is None and probe.dead
-        assert RESCAN_ALL in seen.keys
+        assert seen.changes.rescan_all
     finally:
         probe.close()
 
@@ -621,4 +642,4 @@ def test_a_watcher_runs_a_probe_while_it_watches_natively(
     (workspace / "memory" / "z.md").write_text("z\n")
     view = w.probe()
     assert view is not None and "memory/z.md" in view.keys
-    assert "memory/z.md" in w.pending_keys(), "handed to the debouncer at once"
+    assert "memory/z.md" in w.pending_keys().paths, "handed to the debouncer at once"

@@ -1,23 +1,41 @@
-"""The Embedder interface every provider implements: texts in, L2-normalised float32 rows out."""
+"""The Embedder interface every provider implements: texts in, L2-normalised float32 rows out;
+with the size of the jobs documents are embedded in, and what indexing asks of a Batch API
+(the interface the index is built against, so it needs no provider's module)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from memd.text import estimate_tokens
 
-__all__ = ["BadVectors", "Embedder", "Kind", "Preempted", "Vectors", "check_vectors", "normalize"]
+__all__ = [
+    "DOCUMENT_JOB_CHARS",
+    "BadVectors",
+    "BatchQueue",
+    "Embedder",
+    "Kind",
+    "Preempted",
+    "Vectors",
+    "check_vectors",
+    "document_jobs",
+    "normalize",
+]
 
 Kind = Literal["document", "query"]
 Vectors = npt.NDArray[np.float32]
+
+# Documents go to the embedder in jobs of about this many characters (one text at least): a
+# query waits for the job that is running, and a batch of 32 chunks is half a minute of a slow
+# CPU. Smaller jobs cost little: llama.cpp decodes a batch a sequence at a time anyway.
+DOCUMENT_JOB_CHARS = 1024
 
 
 class Preempted(Exception):
@@ -141,3 +159,31 @@ def check_vectors(vectors: npt.ArrayLike, rows: int, dims: int) -> None:
     zero = np.linalg.norm(arr.astype(np.float64), axis=1) < 1e-6
     if zero.any():
         raise BadVectors(f"{int(zero.sum())} of {rows} vector(s) are all zero")
+
+
+def document_jobs(texts: Sequence[str], limit: int = DOCUMENT_JOB_CHARS) -> Iterator[Sequence[str]]:
+    """``texts`` cut into runs of about ``limit`` characters (one text at least), in order."""
+    start = size = 0
+    for i, text in enumerate(texts):
+        if i > start and size + len(text) > limit:
+            yield texts[start:i]
+            start, size = i, 0
+        size += len(text)
+    yield texts[start:]
+
+
+class BatchQueue(Protocol):
+    """What indexing asks of a provider's Batch API (memd/embed/batch.py): texts sent to be
+    embedded within hours at a lower price, whose vectors arrive in the embedding cache."""
+
+    def pending(self) -> set[str]: ...
+
+    def waiting(self) -> bool: ...
+
+    def next_poll_in(self) -> float: ...
+
+    def worth_it(self, tokens: int) -> bool: ...
+
+    def submit(self, items: Mapping[str, str]) -> object: ...
+
+    def poll(self, *, force: bool = False) -> int: ...

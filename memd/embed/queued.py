@@ -8,25 +8,20 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from memd.embed.base import Embedder, Kind, Preempted, Vectors
+from memd.embed.base import Embedder, Kind, Preempted, Vectors, document_jobs
 from memd_client.errors import ProviderUnavailable
 
-__all__ = ["DOCUMENT_JOB_CHARS", "EmbeddingQueue", "QueuedEmbedder", "document_jobs"]
+__all__ = ["EmbeddingQueue", "QueuedEmbedder"]
 
 logger = logging.getLogger(__name__)
 
 _PRIORITY = {"query": 0, "document": 1}
-
-# Documents go to the embedder in jobs of about this many characters (one text at least): a
-# query waits for the job that is running, and a batch of 32 chunks is half a minute of a slow
-# CPU. Smaller jobs cost little: llama.cpp decodes a batch a sequence at a time anyway.
-DOCUMENT_JOB_CHARS = 1024
 
 
 @dataclass(order=True)
@@ -126,17 +121,6 @@ def _claim(future: Future[Vectors]) -> bool:
     """Mark ``future`` running (a job stopped for a query comes back running); False when it
     was cancelled."""
     return future.running() or future.set_running_or_notify_cancel()
-
-
-def document_jobs(texts: Sequence[str], limit: int = DOCUMENT_JOB_CHARS) -> Iterator[Sequence[str]]:
-    """``texts`` cut into runs of about ``limit`` characters (one text at least), in order."""
-    start = size = 0
-    for i, text in enumerate(texts):
-        if i > start and size + len(text) > limit:
-            yield texts[start:i]
-            start, size = i, 0
-        size += len(text)
-    yield texts[start:]
 
 
 class _QueryVector(Future[Vectors]):

@@ -134,7 +134,7 @@ def chunk_resumable(
     file), and the lines where it could have started afresh (in order, ``first_line`` first).
 
     A daily log that grows at its end is chunked again from its last restart only: the chunks
-    before it stay as they are (memd/index/sync.py).
+    before it stay as they are (memd/index/files.py).
     """
     tokens = max(1, tokens)
     max_chars = max(32, tokens * CHARS_PER_TOKEN)

@@ -1,13 +1,17 @@
-"""What a sync did (SyncReport), what one is doing (Activity), and one file about to be
-indexed (IndexEntry)."""
+"""What a sync did (SyncReport), what one is doing (Activity, and the Progress callbacks that
+follow it), what callers read of a syncer (SyncStatus), and one file about to be indexed
+(IndexEntry)."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Activity", "IndexEntry", "SyncReport"]
+__all__ = ["Activity", "IndexEntry", "Progress", "SyncReport", "SyncStatus", "tracked"]
+
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass
@@ -99,3 +103,40 @@ class IndexEntry:
     size: int
     file_hash: str
     line_map: list[int] | None = None
+
+
+@dataclass
+class SyncStatus:
+    """What status, freshness and the writer read of a syncer (memd/index/sync.py); only the
+    syncer writes it."""
+
+    last_sync: float | None = None  # wall-clock time of the last completed sync
+    last_error: str | None = None
+    # Files the last full reconcile found and could not index, with why: every reply's
+    # freshness counts them, so nothing unsearchable is reported fresh.
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    # Files over index.max_file_bytes, indexed only in part, and their sizes.
+    partial: dict[str, int] = field(default_factory=dict)
+    tails: int = 0  # files indexed again from their resume point only (they grew)
+    rebuilding: bool = False
+    filling: bool = False  # the first sync of an empty index is running
+    # What the live index's writer and a rebuild are doing now, for status (None: idle).
+    activity: Activity | None = None
+    backlog: Activity | None = None
+    rebuild_activity: Activity | None = None
+
+    def current_activity(self) -> Activity | None:
+        """The rebuild's activity, else the live index's sync, else its embedding backlog."""
+        return self.rebuild_activity or self.activity or self.backlog
+
+
+def tracked(act: Activity, progress: Progress | None) -> Progress:
+    """A progress callback that keeps ``act`` up to date and passes the call on."""
+
+    def track(phase: str, done: int, total: int) -> None:
+        if phase == "scan":  # the embedding phase counts chunks too: _embed_pending tracks it
+            act.scanned(done, total)
+        if progress is not None:
+            progress(phase, done, total)
+
+    return track

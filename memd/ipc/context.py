@@ -27,7 +27,8 @@ from memd.scopes import Caller, allowed_sources
 from memd.service import MemoryService
 from memd.watch import Watchers
 from memd.workspace import Workspace
-from memd.writer import URGENT, Writer
+from memd.writer.jobs import URGENT
+from memd.writer.writer import Writer
 from memd_client.errors import BadRequest, MemdError
 from memd_client.types import Freshness
 

@@ -56,7 +56,7 @@ class Read:
         wait_ms = int_param(params, "wait_ms", 0, MAX_WAIT_MS, 0) or 0
         sources, no_longterm = ctx.sources(ws, caller, params.get("sources"))
         max_results = int_param(params, "max_results", 1, 100) or ctx.config.search.max_results
-        if not wait_ms and ws.syncer.last_sync is None and ctx.service.never_indexed(ws):
+        if not wait_ms and ws.syncer.status.last_sync is None and ctx.service.never_indexed(ws):
             # A workspace added a moment ago: its keyword rows come from the writer first.
             wait_ms = FIRST_INDEX_WAIT_MS
         asked = mode or ctx.config.search.mode

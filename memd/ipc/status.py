@@ -13,6 +13,7 @@ import psutil
 
 from memd import __version__
 from memd.blas import blas_threads
+from memd.changes import Changes
 from memd.dreams.dream import last_runs
 from memd.dreams.recall_store import RecallStore
 from memd.ipc.context import Context
@@ -64,7 +65,9 @@ class Status:
             # status walked the workspace itself: that walk vouches for its files
             st["freshness"] = ctx.freshness(ws, since=started, walked_stale=st["files_stale"])
             watcher = ctx.watchers.state(ws.root)
-            watcher["pending_keys"] = sorted(watcher.get("pending_keys") or ())
+            changes: Changes = watcher.get("pending_keys") or Changes()
+            watcher["pending_keys"] = sorted(changes.paths)
+            watcher["rescan_pending"] = changes.rescan_all
             st["watcher"] = watcher
             workspaces.append(st)
         # What the remote provider is sent, today and in total, and its batches: daemon-wide.

@@ -10,6 +10,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import date
 from typing import Any, cast
 
+from memd.changes import Changes
 from memd.flush import SILENT_REPLY, check_flush_target, daily_log, is_silent
 from memd.ipc.context import Context
 from memd.once import APPEND_KEY_SECONDS, APPEND_KEYS_KEPT, AppendKeys, Once, crash_point
@@ -17,7 +18,7 @@ from memd.params import bool_param, only, str_param
 from memd.scopes import Caller
 from memd.text import first_control
 from memd.workspace import Workspace
-from memd.writer import URGENT
+from memd.writer.jobs import URGENT
 from memd_client.errors import BadRequest, MemdError, Timeout
 from memd_client.types import AppendResult, ReindexEstimate, ReindexReport, ReindexResult
 
@@ -88,7 +89,9 @@ class Write:
             # Written before a crash (or before this process forgot the key): it may not be
             # indexed yet, and the reply promises that it is searchable.
             with contextlib.suppress(FutureTimeout, MemdError):
-                future = self.ctx.writer.request_sync(ws, {earlier["path"]}, priority=URGENT)
+                future = self.ctx.writer.request_sync(
+                    ws, Changes.of([earlier["path"]]), priority=URGENT
+                )
                 future.result(timeout=APPEND_WAIT_SECONDS)
             landed = {
                 **earlier,

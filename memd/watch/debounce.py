@@ -1,4 +1,4 @@
-"""Coalesce bursts of changed paths into one callback after a quiet period (with a maximum wait)."""
+"""Coalesce bursts of changes into one callback after a quiet period (with a maximum wait)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import threading
 import time
 from collections.abc import Callable
 
+from memd.changes import Changes
+
 __all__ = ["Debouncer"]
 
 logger = logging.getLogger(__name__)
 
 
 class Debouncer:
-    """Collect keys and hand them to ``callback`` once no new key came for ``delay_s``.
+    """Collect changes and hand them, merged, to ``callback`` once none came for ``delay_s``.
 
     Every ``push`` restarts the quiet-period timer. With ``max_wait_s`` the batch is delivered
     at the latest that long after its first key, so a file that is written constantly is still
@@ -25,7 +27,7 @@ class Debouncer:
 
     def __init__(
         self,
-        callback: Callable[[set[str]], None],
+        callback: Callable[[Changes], None],
         delay_s: float = 1.5,
         *,
         max_wait_s: float | None = None,
@@ -37,10 +39,10 @@ class Debouncer:
         self._delay_s = delay_s
         self._max_wait_s = max_wait_s
         self._cond = threading.Condition()
-        self._keys: set[str] = set()
+        self._keys = Changes()
         # The batch the callback is being given: still pending until it returns, so a reply that
         # asks in between finds it here or in the callback's own queue, never in neither.
-        self._delivering: set[str] = set()
+        self._delivering = Changes()
         self._first_at = 0.0  # monotonic time of the first key of the pending batch
         self._last_at = 0.0  # monotonic time of the latest key
         self._flush = False
@@ -62,13 +64,13 @@ class Debouncer:
         """Say whether the thread should go on (False once ``stop()`` was called)."""
         return not self._stopping.is_set()
 
-    def push(self, key: str) -> None:
-        """Add a key to the pending batch and restart the quiet-period timer."""
+    def push(self, changes: Changes) -> None:
+        """Add ``changes`` to the pending batch and restart the quiet-period timer."""
         now = time.monotonic()
         with self._cond:
             if not self._keys:
                 self._first_at = now
-            self._keys.add(key)
+            self._keys |= changes
             self._last_at = now
             self._cond.notify()
 
@@ -79,12 +81,13 @@ class Debouncer:
             self._cond.notify()
 
     def pending(self) -> int:
-        """Return how many distinct keys wait for delivery (a batch being delivered not counted)."""
+        """Return how many distinct changes wait for delivery (each path, each rescan; a batch
+        being delivered not counted)."""
         with self._cond:
             return len(self._keys)
 
-    def pending_keys(self) -> set[str]:
-        """A copy of the keys waiting for delivery, with the batch being delivered."""
+    def pending_keys(self) -> Changes:
+        """The changes waiting for delivery, with the batch being delivered."""
         with self._cond:
             return self._keys | self._delivering
 
@@ -108,9 +111,9 @@ class Debouncer:
             due = min(due, self._first_at + self._max_wait_s)
         return due
 
-    def _take(self) -> set[str]:
+    def _take(self) -> Changes:
         with self._cond:
-            keys, self._keys = self._keys, set()
+            keys, self._keys = self._keys, Changes()
             self._delivering = keys
             self._flush = False
             return keys
@@ -133,7 +136,7 @@ class Debouncer:
             self._deliver(self._take())
         self._deliver(self._take())
 
-    def _deliver(self, keys: set[str]) -> None:
+    def _deliver(self, keys: Changes) -> None:
         try:
             if keys:
                 self._callback(keys)
@@ -141,4 +144,4 @@ class Debouncer:
             logger.exception("debounced callback failed for %d key(s)", len(keys))
         finally:
             with self._cond:
-                self._delivering = set()
+                self._delivering = Changes()

@@ -1,4 +1,5 @@
-"""The event handler of one watchdog observer: events to debouncer keys, and keeping watches current."""
+"""The event handler of one watchdog observer: events to changes for the debouncer, and keeping
+watches current."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from collections.abc import Callable
 from watchdog.events import FileSystemEvent, FileSystemEventHandler, FileSystemMovedEvent
 from watchdog.observers.api import BaseObserver
 
-from memd.watch.layout import RESCAN_ALL, WatchLayout
+from memd.changes import Changes
+from memd.watch.layout import WatchLayout
 from memd.watch.observers import observer_lock
 
 __all__ = ["WATCH_PRESSURE", "ObserverHandler"]
@@ -41,7 +43,7 @@ class ObserverHandler(FileSystemEventHandler):
         self,
         layout: WatchLayout,
         observer: BaseObserver,
-        push: Callable[[str], None],
+        push: Callable[[Changes], None],
         touched: Callable[[], None],
     ) -> None:
         super().__init__()
@@ -67,7 +69,7 @@ class ObserverHandler(FileSystemEventHandler):
             # watchdog #427: an exception escaping a handler kills the observer thread.
             logger.exception("file watcher could not handle %r; asking for a rescan", event)
             with contextlib.suppress(Exception):
-                self._push(RESCAN_ALL)
+                self._push(Changes.everything())
 
     def _handle(self, event: FileSystemEvent) -> None:
         kinds = _DIR_EVENTS if event.is_directory else _FILE_EVENTS
@@ -78,7 +80,7 @@ class ObserverHandler(FileSystemEventHandler):
         if isinstance(event, FileSystemMovedEvent):
             # An atomic save is a move of a temp file onto the target: the key is the dest.
             paths.append(event.dest_path)
-        keys: list[str] = []
+        keys: list[Changes] = []
         structural = False
         for raw in paths:
             if not raw:
@@ -90,7 +92,7 @@ class ObserverHandler(FileSystemEventHandler):
                 keys.append(key)
             structural = structural or (event.is_directory and self._layout.is_structural(path))
         if structural:
-            # Watch first, then report (key_for gave RESCAN_ALL): the rescan that follows finds
+            # Watch first, then report (key_for asked for a rescan): the rescan that follows finds
             # the files made before the new watch existed.
             self.sync_watches()
         for key in keys:

@@ -1,4 +1,4 @@
-"""What the watcher watches in a workspace (root, memory/, extra paths) and the key an event maps to."""
+"""What the watcher watches in a workspace (root, memory/, extra paths) and the change an event maps to."""
 
 from __future__ import annotations
 
@@ -9,19 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from memd.changes import Changes
 from memd.markdown.discover import is_ignored, resolve_extra_paths
 
-__all__ = ["RESCANS", "RESCAN_ALL", "RESCAN_SESSIONS", "WatchLayout"]
+__all__ = ["WatchLayout"]
 
 logger = logging.getLogger(__name__)
-
-# The keys of a workspace's changes (the watcher's, then the writer's queue, then a sync's):
-# workspace-relative paths of memory files, or one of these two.
-RESCAN_ALL = "*"
-"""The key meaning "rescan the whole workspace": a directory changed, or events may be lost."""
-RESCAN_SESSIONS = "sessions/*"
-"""The key meaning "rescan the session transcripts" (they are checked by a stat pass)."""
-RESCANS = frozenset({RESCAN_ALL, RESCAN_SESSIONS})
 
 _EVERGREEN = frozenset({"MEMORY.md", "memory.md", "DREAMS.md"})
 
@@ -86,17 +79,18 @@ class WatchLayout:
         """Say whether a directory event on ``path`` can change which directories are watched."""
         return os.path.abspath(path) in {self.root, self.memory, *self.extras}
 
-    def key_for(self, path: str, *, is_dir: bool) -> str | None:
-        """Map an event path to a workspace-relative key, ``RESCAN_ALL``, or None (not ours)."""
+    def key_for(self, path: str, *, is_dir: bool) -> Changes | None:
+        """Map an event path to its change: a workspace-relative path, a rescan of the whole
+        workspace, or None (not ours)."""
         path = os.path.abspath(path)
         if is_dir and self.is_structural(path):
-            return RESCAN_ALL
+            return Changes.everything()
         try:
             rel = os.path.relpath(path, self.root).replace(os.sep, "/")
         except ValueError:  # another drive (Windows): nothing we can map
-            return RESCAN_ALL
+            return Changes.everything()
         if rel in _EVERGREEN:
-            return None if is_dir else rel
+            return None if is_dir else Changes.of([rel])
         if rel.startswith("memory/"):
             return _below(rel, rel[len("memory/") :], is_dir=is_dir)
         for extra in self.extras:
@@ -108,13 +102,13 @@ class WatchLayout:
         return None
 
 
-def _below(rel: str, below: str, *, is_dir: bool) -> str | None:
+def _below(rel: str, below: str, *, is_dir: bool) -> Changes | None:
     """Apply the ignore rules to the part of a path below a watched top directory."""
     if is_ignored(below):
         return None
     if is_dir:
-        return RESCAN_ALL
-    return rel if rel.endswith(".md") else None
+        return Changes.everything()
+    return Changes.of([rel]) if rel.endswith(".md") else None
 
 
 def _contains(top: str, path: str) -> bool:

@@ -22,8 +22,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from memd.changes import Changes
 from memd.markdown.discover import is_ignored
-from memd.watch.layout import RESCAN_ALL, WatchLayout
+from memd.watch.layout import WatchLayout
 
 __all__ = ["ChangeProbe", "ProbeView"]
 
@@ -111,11 +112,11 @@ def _inotify() -> _Inotify:
 class ChangeProbe:
     """Watch one workspace's memory directories with an inotify instance read on demand.
 
-    ``on_change`` gets the keys each read found (RESCAN_ALL when events were lost or a folder
+    ``on_change`` gets the changes each read found (a rescan when events were lost or a folder
     appeared), so what watchdog missed still reaches the writer. Thread-safe.
     """
 
-    def __init__(self, layout: WatchLayout, on_change: Callable[[set[str]], None]) -> None:
+    def __init__(self, layout: WatchLayout, on_change: Callable[[Changes], None]) -> None:
         self._layout = layout
         self._on_change = on_change
         self._lock = threading.Lock()
@@ -180,7 +181,7 @@ class ChangeProbe:
 
     def _drain(self) -> None:
         assert self._fd is not None
-        keys: set[str] = set()
+        keys = Changes()
         rescan = False
         while self._fd is not None:
             try:
@@ -194,12 +195,12 @@ class ChangeProbe:
                 break
             for wd, mask, name in _events(data):
                 found = self._event(wd, mask, name)
-                if found == RESCAN_ALL:
+                if found is not None and found.rescan_all:
                     rescan = True
                 elif found is not None:
-                    keys.add(found)
+                    keys |= found
         if self.dead is not None:
-            self._on_change({RESCAN_ALL})  # what it saw is moot: the watcher rescans
+            self._on_change(Changes.everything())  # what it saw is moot: the watcher rescans
             return
         if rescan:
             try:
@@ -208,33 +209,33 @@ class ChangeProbe:
                 self._lost(f"the change probe cannot add watches: {exc.strerror or exc}")
                 return
             self._rescan_after = time.time()
-            keys.add(RESCAN_ALL)
-        self._touched |= keys - {RESCAN_ALL}
+            keys |= Changes.everything()
+        self._touched |= keys.paths
         if keys:
             self._on_change(keys)
 
-    def _event(self, wd: int, mask: int, name: bytes) -> str | None:
-        """The key one event means, RESCAN_ALL, or None (not a memory file)."""
+    def _event(self, wd: int, mask: int, name: bytes) -> Changes | None:
+        """The change one event means (a path, or a rescan), or None (not a memory file)."""
         if mask & _IN_Q_OVERFLOW:
             logger.warning("workspace %s: inotify dropped events; rescanning", self._layout.root)
-            return RESCAN_ALL
+            return Changes.everything()
         directory = self._dirs.get(wd)
         if mask & _IN_IGNORED:
             self._dirs.pop(wd, None)
             if wd == self._root_wd:
                 self._lost("the workspace directory was moved, removed or unmounted")
-            return RESCAN_ALL if directory is not None else None
+            return Changes.everything() if directory is not None else None
         if directory is None:
             return None
         if mask & (_IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT):
             if wd == self._root_wd:
                 self._lost("the workspace directory was moved, removed or unmounted")
-            return RESCAN_ALL
+            return Changes.everything()
         path = os.path.join(directory, os.fsdecode(name)) if name else directory
         is_dir = bool(mask & _IN_ISDIR)
         key = self._layout.key_for(path, is_dir=is_dir)
         if is_dir and mask & _STRUCTURE and key is not None:
-            return RESCAN_ALL
+            return Changes.everything()
         return key
 
     def _lost(self, why: str) -> None:

@@ -18,10 +18,11 @@ from typing import Any, Literal
 
 from watchdog.observers.api import BaseObserver
 
+from memd.changes import Changes
 from memd.watch.debounce import Debouncer
 from memd.watch.fstype import network_filesystem
 from memd.watch.handler import WATCH_PRESSURE, ObserverHandler
-from memd.watch.layout import RESCAN_ALL, WatchLayout
+from memd.watch.layout import WatchLayout
 from memd.watch.observers import backend_name, dispose, make_observer, reader_alive
 from memd.watch.probe import ChangeProbe, ProbeView
 
@@ -40,9 +41,9 @@ _RESTART_WINDOW_S = 60.0
 class WorkspaceWatcher:
     """Watch MEMORY.md/memory.md, memory/ and the extra paths of one workspace.
 
-    ``on_change`` receives sets of workspace-relative keys ("memory/x.md", "../notes/y.md" for
-    an extra path outside the workspace) or ``RESCAN_ALL`` ("*") when a directory changed or
-    events may have been lost. It runs in the debouncer thread, and may run once more during
+    ``on_change`` receives Changes: workspace-relative paths ("memory/x.md", "../notes/y.md" for
+    an extra path outside the workspace), and a rescan of the whole workspace when a directory
+    changed or events may have been lost. It runs in the debouncer thread, and may run once more during
     ``stop()`` with the keys still pending. Events are hints: the daemon's periodic rescan
     stays the source of truth (watchdog drops inotify overflows silently, #654).
     """
@@ -51,7 +52,7 @@ class WorkspaceWatcher:
         self,
         root: Path,
         extra_paths: Sequence[str],
-        on_change: Callable[[set[str]], None],
+        on_change: Callable[[Changes], None],
         *,
         debounce_ms: int = 1500,
         max_wait_ms: int | None = 10_000,
@@ -128,8 +129,8 @@ class WorkspaceWatcher:
         """Return how many keys wait for the debounce."""
         return self._debouncer.pending()
 
-    def pending_keys(self) -> set[str]:
-        """The workspace-relative paths waiting for the debounce ("*": rescan everything)."""
+    def pending_keys(self) -> Changes:
+        """The changes waiting for the debounce."""
         return self._debouncer.pending_keys()
 
     def flush(self) -> None:
@@ -193,7 +194,7 @@ class WorkspaceWatcher:
         """Restart a dead observer or emitter, or fall back to polling; True if all was well.
 
         Called periodically by the daemon. After any restart the whole workspace is rescanned
-        ("*" is pushed), since events may have been lost. Never raises.
+        (a rescan is pushed), since events may have been lost. Never raises.
         """
         try:
             with self._lock:
@@ -214,13 +215,13 @@ class WorkspaceWatcher:
                 self._observer = self._handler = None
                 dispose(observer)
                 self._fail("workspace directory is missing")
-                self._push(RESCAN_ALL)
+                self._push(Changes.everything())
             return False
         if observer is None or handler is None:  # failed earlier: try again
             self._launch_or_fall_back()
             if self._observer is not None:
                 logger.info("file watcher recovered: %s", self._state)
-                self._push(RESCAN_ALL)
+                self._push(Changes.everything())
             return False
         problem: str | None = None
         if not observer.is_alive():
@@ -233,7 +234,7 @@ class WorkspaceWatcher:
             problem = handler.failure
         if problem is None:
             if handler.sync_watches():
-                self._push(RESCAN_ALL)
+                self._push(Changes.everything())
             return True
         self._restart(observer, problem)
         return False
@@ -252,7 +253,7 @@ class WorkspaceWatcher:
             self._fall_back(f"observer restarted {count} times within 60 s ({problem})")
         else:
             self._launch_or_fall_back()
-        self._push(RESCAN_ALL)
+        self._push(Changes.everything())
 
     def _launch_or_fall_back(self) -> None:
         try:
@@ -329,7 +330,7 @@ class WorkspaceWatcher:
         if probe.start():
             self._probe, self._probe_failure = probe, None
             if not first:
-                self._push(RESCAN_ALL)  # what changed while no probe ran
+                self._push(Changes.everything())  # what changed while no probe ran
             return
         self._probe_failure = probe.dead
         if not self._probe_warned:  # retried at each health check, said once
@@ -340,15 +341,14 @@ class WorkspaceWatcher:
                 probe.dead,
             )
 
-    def _probed(self, keys: set[str]) -> None:
+    def _probed(self, keys: Changes) -> None:
         # What the probe saw goes to the writer too: watchdog may have dropped it.
-        for key in keys:
-            self._push(key)
+        self._push(keys)
 
-    def _push(self, key: str) -> None:
-        if key == RESCAN_ALL:
+    def _push(self, changes: Changes) -> None:
+        if changes.rescan_all:
             self._rescan_at = time.time()  # before the push: a rescan that starts later sees it
-        self._debouncer.push(key)
+        self._debouncer.push(changes)
 
     @property
     def rescan_at(self) -> float | None:
@@ -381,7 +381,7 @@ class Watchers:
         self._lock = threading.Lock()
 
     def watch(
-        self, root: Path, extra_paths: Sequence[str], changed: Callable[[set[str]], None]
+        self, root: Path, extra_paths: Sequence[str], changed: Callable[[Changes], None]
     ) -> None:
         """Watch ``root`` (and its extra paths), reporting changed keys to ``changed``; a root
         already watched is left as it is."""

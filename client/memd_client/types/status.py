@@ -136,7 +136,8 @@ class WatcherStatus(TypedDict):
     backend: str | None
     reason: str | None
     pending: NotRequired[int]
-    pending_keys: NotRequired[list[str]]
+    pending_keys: NotRequired[list[str]]  # the changed paths waiting for the debounce
+    rescan_pending: NotRequired[bool]  # a rescan of the whole workspace waits for it too
     restarts: NotRequired[int]
     last_event_at: NotRequired[float | None]
     rescan_at: NotRequired[float | None]  # when a rescan was last asked for
