@@ -23,11 +23,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, MutableMapping
 from concurrent.futures import Future
-from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from memd.clock import Clock
 from memd.config import Config
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
@@ -110,7 +110,7 @@ class Daemon:
         choice: Choice | None = None,
         socket: Path | None = None,
         debounce_ms: int | None = None,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
         idle_exit: float | None = None,
         start_lock: int | None = None,
     ) -> None:
@@ -131,7 +131,8 @@ class Daemon:
         self.reload_requested = threading.Event()
         self.ready = threading.Event()
         self.watchers = Watchers(debounce_ms=self.debounce_ms)
-        self.clock = clock
+        # Now and the user's day, for every part (tests pass one with their own time).
+        self.clock = clock or Clock(config.timezone)
         self.parts: Parts | None = None  # built by startup(), closed by shutdown()
         self._lock_fds: list[int] = []
         self._umask: int | None = None
@@ -301,6 +302,11 @@ class Daemon:
         service = self.parts.service
         if (new.index, new.embedding) != (self.config.index, self.config.embedding):
             logger.warning("[index] and [embedding] changes take effect when memd restarts")
+        if new.timezone != self.config.timezone:
+            # Appends and dreaming follow a new time zone at once; the schedule and the recall
+            # recorder keep the one they started with.
+            self.clock = self.clock.in_zone(new.timezone)
+            self.parts.ctx.clock = self.parts.writer.clock = self.clock
         self.config = new
         # What the running stores and embedder were built with stays; the rest applies now.
         service.config = dataclasses.replace(
@@ -508,7 +514,7 @@ def build(
     socket_path: Path,
     watchers: Watchers,
     on_count: Callable[[int], None],
-    clock: Callable[[], datetime] | None,
+    clock: Clock,
     listening: socket.socket | None = None,
     started: dict[str, Any] | None = None,
 ) -> Parts:
@@ -522,16 +528,13 @@ def build(
         writer = Writer(service.registry, clock=clock)
         writer.start()
         stack.callback(writer.stop)
-        recorder = RecallRecorder(timezone=config.timezone, clock=clock)
+        recorder = RecallRecorder(clock=clock)
         recorder.start()
         stack.callback(recorder.stop)
         schedule = None
         if config.dreaming.enabled:
             schedule = Schedule(
-                config.dreaming.schedule,
-                timezone=config.timezone,
-                state_path=config.state_dir / "dreaming.json",
-                clock=clock,
+                config.dreaming.schedule, state_path=config.state_dir / "dreaming.json", clock=clock
             )
         stack.callback(watchers.stop)
         registry_file = config.state_dir / "workspaces.json"

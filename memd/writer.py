@@ -24,10 +24,11 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date
 from pathlib import Path
 from typing import Any, TypeVar
 
+from memd.clock import Clock
 from memd.embed.queued import DOCUMENT_JOB_CHARS
 from memd.index.index import reads_first
 from memd.index.sync import SyncReport
@@ -91,10 +92,10 @@ class Writer:
         self,
         workspaces: Workspaces,
         *,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.workspaces = workspaces
-        self.clock = clock  # the promotion's "now" (tests set it)
+        self.clock = clock or Clock()  # today's date for appends (a reload sets a new one)
         self._queue: queue.PriorityQueue[_Job] = queue.PriorityQueue()
         self._seq = itertools.count(1)
         self._states: dict[Path, _State] = {}
@@ -382,9 +383,7 @@ class Writer:
                 continue
             try:
                 text, day = job.payload
-                appended = append_daily(
-                    ws.root, text, timezone=self.workspaces.config.timezone, day=day
-                )
+                appended = append_daily(ws.root, text, day=day or self.clock.today())
             except Exception as exc:
                 logger.warning("append to %s failed: %s", ws.name, exc)
                 job.future.set_exception(exc)

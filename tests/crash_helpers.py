@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
 from memd.dreams.recall_store import STORE_NAME, RecallStore
 from memd.embed.fake import FakeEmbedder
@@ -108,7 +109,7 @@ def write_promotion_workspace(root: Path) -> None:
     def clock() -> datetime:
         return now
 
-    store = RecallStore(root, timezone="UTC", clock=clock)
+    store = RecallStore(root, clock=Clock("UTC", source=clock))
     for query in SEARCH_QUERIES:
         now = next(moment)
         store.record(query, hits)

@@ -17,13 +17,13 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
-from zoneinfo import ZoneInfo
 
 from memd.atomicfile import write_atomic
+from memd.clock import Clock
 from memd.dreams.claims import recalled_claims
 from memd.dreams.place import DreamPlace
 from memd.dreams.privacy import from_transcript
@@ -279,19 +279,14 @@ class RecallStore:
         root: Path,
         *,
         folder: Path | None = None,
-        timezone: str = "",
-        clock: Callable[[], dt.datetime] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.root = Path(root)
         self.dir = Path(folder) if folder is not None else DreamPlace.inside(self.root).folder
         self.path = self.dir / STORE_NAME
         self.prev_path = self.dir / (STORE_NAME + ".prev")
         self.lock_path = self.dir / LOCK_NAME
-        try:
-            self._tz: dt.tzinfo | None = ZoneInfo(timezone) if timezone else None
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"timezone {timezone!r} is not a known IANA time zone") from exc
-        self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self.clock = clock or Clock()
         # The entries as in the store file with this stat signature, as record_many last left
         # them: the recorder updates the store many times a minute and need not re-parse its
         # own writes. Anyone else's write (a new inode, by atomic replace) makes it stale.
@@ -392,7 +387,7 @@ class RecallStore:
     def _save(self, lines: Iterable[str], *, current_parses: bool) -> None:
         self._own = None
         with self.locked():
-            text = _store_text(iso_time(self._clock()), lines)
+            text = _store_text(iso_time(self.clock.now()), lines)
             try:
                 current = self.path.read_bytes()
                 if not current_parses:
@@ -426,7 +421,7 @@ class RecallStore:
         signal: Signal = "recall",
     ) -> int:
         """Count the short-term, promotable results of one search; return how many entries changed."""
-        return self.record_many([(query, results, self._clock())], signal=signal)
+        return self.record_many([(query, results, self.clock.now())], signal=signal)
 
     def record_many(
         self,
@@ -584,7 +579,7 @@ class RecallStore:
         """Stamp ``promotedAt`` on the given keys, moving relocated ones; return how many changed."""
         with self.locked():
             entries = self.load()
-            stamp = iso_time(self._clock())
+            stamp = iso_time(self.clock.now())
             changed = 0
             for key, update in updates.items():
                 entry = entries.get(key)
@@ -614,4 +609,4 @@ class RecallStore:
 
     def _day(self, moment: dt.datetime) -> str:
         """The YYYY-MM-DD day bucket of ``moment`` in the user's time zone (machine local if unset)."""
-        return moment.astimezone(self._tz).date().isoformat()
+        return self.clock.day(moment).isoformat()
