@@ -26,7 +26,8 @@ from typing import IO, Any
 import memd_client
 from memd.clock import Clock
 from memd.config import Config
-from memd.dreams.recall_store import STORE_NAME, RecallStore
+from memd.dreams.recall_file import STORE_NAME
+from memd.dreams.recall_store import RecallStore
 from memd.embed.fake import FakeEmbedder
 from memd.index.index import Index
 from memd.index.store import DumpRow

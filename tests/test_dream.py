@@ -19,7 +19,8 @@ from memd.dreams.dream import DreamOptions, last_runs, run_dream
 from memd.dreams.lasting import lasting_reason
 from memd.dreams.light import LightSettings, collect_daily, ingest_daily, stage
 from memd.dreams.phases import PhaseHits, PhaseSignals
-from memd.dreams.recall_store import RecallEntry, RecallStore, entry_key
+from memd.dreams.recall_entry import RecallEntry, entry_key
+from memd.dreams.recall_store import RecallStore
 from memd.dreams.rem import RemSettings, confidence, ground, reflect, themes
 from memd.dreams.similar import Group, Meaning, dedupe, facts_agree, text_similarity
 from memd.dreams.transcripts import Message, Transcript, collect_sessions, save_sessions_state

@@ -22,12 +22,11 @@ import pytest
 
 from memd.clock import Clock
 from memd.dreams import recall_lock
-from memd.dreams.recall_store import (
-    RecallEntry,
-    RecallStore,
+from memd.dreams.recall_entry import RecallEntry, entry_key
+from memd.dreams.recall_store import RecallStore
+from memd.dreams.recall_text import (
     claim_hash,
     concept_tags,
-    entry_key,
     is_promotable,
     is_short_term,
     query_hash,

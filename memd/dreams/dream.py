@@ -40,7 +40,8 @@ from memd.dreams.phases import Phase, PhaseHits, PhaseSignals
 from memd.dreams.place import DreamPlace
 from memd.dreams.privacy import redacted
 from memd.dreams.ranking import SCHEDULED, Candidate, Thresholds, score_all, verdict
-from memd.dreams.recall_store import RecallEntry, RecallStore, iso_time
+from memd.dreams.recall_entry import RecallEntry, iso_time
+from memd.dreams.recall_store import RecallStore
 from memd.dreams.rem import RemSettings, Truth, ground, reflect
 from memd.dreams.similar import Group, Meaning, VectorSource, text_similarity
 from memd.dreams.transcripts import (

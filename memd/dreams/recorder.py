@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from memd.clock import Clock
-from memd.dreams.recall_store import RecallStore, is_short_term
+from memd.dreams.recall_store import RecallStore
+from memd.dreams.recall_text import is_short_term
 
 __all__ = ["RecallRecorder"]
 
