@@ -1,12 +1,12 @@
 """The one notion of now and of the user's day that memd keeps: a :class:`Clock`.
 
-It is made once, by the composition root (memd/daemon.py), from the configured time zone, and
+It is made once, by the composition root (memd/daemon/), from the configured time zone, and
 handed to every part that stamps a time or names a day: appends to the daily log, recall days,
 dreaming runs and their schedule, the flush plan. The zone is checked once, here, so a part
 never has to; a test fixes the time by giving the Clock its own ``source``.
 
-Its own module, below everything that uses it: it depends on nothing of memd, and parts of
-several layers (markdown, dreams, the writer, ipc) share it.
+Its own module, below everything that uses it: it depends on nothing else of memd, and parts
+of several layers (dreams, the writer, ipc, the daemon) share it.
 """
 
 from __future__ import annotations
