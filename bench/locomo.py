@@ -119,15 +119,14 @@ def dream(root: Path, folder: Path) -> dict[str, int]:
     it wrote (and what an earlier run left) starts from the data set's files each time."""
     from datetime import UTC, datetime, timedelta
 
+    from memd.clock import Clock
     from memd.dreams.dream import DreamOptions, run_dream
 
     (root / "DREAMS.md").unlink(missing_ok=True)
     shutil.rmtree(folder, ignore_errors=True)
     days = sorted(p.stem[:10] for p in (root / "memory").glob("????-??-??*.md"))
     night = datetime.fromisoformat(days[-1]).replace(tzinfo=UTC) + timedelta(days=1, hours=3)
-    run = run_dream(
-        root, DreamOptions(apply=True, timezone="UTC"), clock=lambda: night, folder=folder
-    )
+    run = run_dream(root, DreamOptions(apply=True), clock=Clock.at(night, "UTC"), folder=folder)
     return {
         "staged": len(run["light"]["staged"]),
         "truths": len(run["rem"]["truths"]),

@@ -1,6 +1,6 @@
 """One workspace memd serves: its record (name, root, extra paths, transcripts), its open index
 and syncer, where its dreaming keeps its files, and the checks a workspace's paths must pass.
-The set of them and their life (open, watch, sync, save, forget) is memd/registry.py.
+The set of them and their life (open, watch, sync, save, forget) is memd/registry/.
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
-from memd.dreams.recall_store import STORE_NAME, RecallStore
+from memd.dreams.recall_file import STORE_NAME
+from memd.dreams.recall_store import RecallStore
 from memd.embed.fake import FakeEmbedder
 from memd.index.audit import DumpRow
 from memd.index.index import Index
@@ -108,7 +110,7 @@ def write_promotion_workspace(root: Path) -> None:
     def clock() -> datetime:
         return now
 
-    store = RecallStore(root, timezone="UTC", clock=clock)
+    store = RecallStore(root, clock=Clock("UTC", source=clock))
     for query in SEARCH_QUERIES:
         now = next(moment)
         store.record(query, hits)

@@ -8,12 +8,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
+from memd.clock import Clock
 from memd.config import Config
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
@@ -46,7 +46,7 @@ def running_daemon(
     embedder: FakeEmbedder | None = None,
     socket_dir: Path | None = None,
     debounce_ms: int = 100,
-    clock: Callable[[], datetime] | None = None,
+    clock: Clock | None = None,
     choose_embedder: bool = False,
 ) -> Iterator[Daemon]:
     """Start a Daemon on a thread (no signal handlers), yield it ready, always stop it.

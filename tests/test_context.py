@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config, ScopeRule
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
@@ -43,7 +44,7 @@ def _start(scopes: tuple[ScopeRule, ...] = ()) -> Iterator[Daemon]:
     config = Config.load(timezone=TZ)
     if scopes:
         config = dataclasses.replace(config, scopes=scopes)
-    with running_daemon(config, embedder=FakeEmbedder(), clock=lambda: NOW) as daemon:
+    with running_daemon(config, embedder=FakeEmbedder(), clock=Clock.at(NOW, TZ)) as daemon:
         yield daemon
 
 

@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from memd.clock import Clock
 from memd.dreams import diary
 from memd.dreams.dream import DreamOptions, last_runs, run_dream
 from memd.dreams.lasting import lasting_reason
 from memd.dreams.light import LightSettings, collect_daily, ingest_daily, stage
 from memd.dreams.phases import PhaseHits, PhaseSignals
-from memd.dreams.recall_store import RecallEntry, RecallStore, entry_key
+from memd.dreams.recall_entry import RecallEntry, entry_key
+from memd.dreams.recall_store import RecallStore
 from memd.dreams.rem import RemSettings, confidence, ground, reflect, themes
 from memd.dreams.similar import Group, Meaning, dedupe, facts_agree, text_similarity
 from memd.dreams.transcripts import Message, Transcript, collect_sessions, save_sessions_state
@@ -216,7 +218,7 @@ def test_light_reads_each_note_once_per_dreaming_day_with_its_day_as_bucket(
     outside = tmp_path / "elsewhere.md"
     outside.write_text("- a file outside memory/\n")
     os.symlink(outside, tmp_path / "memory" / "2026-11-26.md")  # never followed
-    store = RecallStore(tmp_path, timezone="UTC")
+    store = RecallStore(tmp_path, clock=Clock("UTC"))
     now = dt.datetime(2026, 11, 28, 3, tzinfo=UTC)
 
     def read(now: dt.datetime, today: str) -> dict[str, RecallEntry]:
@@ -270,7 +272,7 @@ def test_light_stages_recent_entries_once_until_seen_again() -> None:
 def test_rem_grounds_a_claim_written_on_several_days_once_per_day(tmp_path: Path) -> None:
     for day in ("2026-11-20", "2026-11-24", "2026-11-28"):
         _note(tmp_path, day, "- Ana prefers morning meetings.", f"- Worked on ticket {day}.")
-    store = RecallStore(tmp_path, timezone="UTC")
+    store = RecallStore(tmp_path, clock=Clock("UTC"))
     now = dt.datetime(2026, 11, 29, 3, tzinfo=UTC)
     for _ in range(2):  # REM twice on the same material: the second adds nothing
         with store.editing() as entries:
@@ -350,8 +352,8 @@ def test_two_weeks_of_notes_nobody_searched_promote_what_lasts(tmp_path: Path) -
         if n < 14:
             _day_note(root, n)
         now = dt.datetime.combine(START + dt.timedelta(days=n + 1), dt.time(3), UTC)
-        options = DreamOptions(apply=True, timezone="UTC", diary_max_chars=0)  # keep every entry
-        run = run_dream(root, options, clock=lambda now=now: now)
+        options = DreamOptions(apply=True, diary_max_chars=0)  # keep every entry
+        run = run_dream(root, options, clock=Clock.at(now, "UTC"))
         for a in run["deep"]["applied"]:
             promoted[a["key"]] = now.date().isoformat()
     memory = (root / "MEMORY.md").read_text()
@@ -383,7 +385,7 @@ def test_a_preview_writes_nothing(tmp_path: Path) -> None:
         _day_note(root, n)
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     now = dt.datetime(2026, 11, 21, 3, tzinfo=UTC)
-    run = run_dream(root, DreamOptions(timezone="UTC"), clock=lambda: now)
+    run = run_dream(root, DreamOptions(), clock=Clock.at(now, "UTC"))
     assert run["applied"] is False and run["light"]["snippets"] > 0
     assert [t["snippet"] for t in run["rem"]["lasting"]] == ["Ben is allergic to peanuts."]
     assert [c["snippet"] for c in run["deep"]["candidates"]] == ["Ben is allergic to peanuts."]
@@ -461,14 +463,14 @@ def test_transcripts_reach_memory_md_through_the_session_corpus(tmp_path: Path) 
     chat = _transcript("s1.jsonl", [(9, said), (10, "Assistant: Noted, no shellfish.")])
     now = dt.datetime(2026, 11, 30, 3, tzinfo=UTC)
     preview = run_dream(
-        root, DreamOptions(timezone="UTC"), transcripts=lambda: [chat], clock=lambda: now
+        root, DreamOptions(), transcripts=lambda: [chat], clock=Clock.at(now, "UTC")
     )
     assert preview["light"]["messages_read"] == 2 and not (root / "memory").exists()
     run = run_dream(
         root,
-        DreamOptions(apply=True, timezone="UTC"),
+        DreamOptions(apply=True),
         transcripts=lambda: [chat],
-        clock=lambda: now,
+        clock=Clock.at(now, "UTC"),
     )
     corpus = root / "memory" / ".dreams" / "session-corpus" / "2026-11-29.txt"
     assert corpus.read_text() == f"{said}\nAssistant: Noted, no shellfish.\n"
@@ -481,9 +483,9 @@ def test_transcripts_reach_memory_md_through_the_session_corpus(tmp_path: Path) 
     later = now + dt.timedelta(days=1)
     run_dream(
         root,
-        DreamOptions(apply=True, timezone="UTC"),
+        DreamOptions(apply=True),
         transcripts=lambda: [chat],
-        clock=lambda: later,
+        clock=Clock.at(later, "UTC"),
     )
     assert corpus.read_text().count(said) == 1
 
@@ -527,13 +529,17 @@ def test_a_run_compares_by_meaning_with_vectors_from_the_cache(tmp_path: Path) -
     try:
         source = cached_vectors(fake, cache)
         now = dt.datetime(2026, 11, 21, 3, tzinfo=UTC)
-        options = DreamOptions(apply=True, timezone="UTC")
-        run = run_dream(root, options, vectors=source, meaning_threshold=0.94, clock=lambda: now)
+        options = DreamOptions(apply=True)
+        run = run_dream(
+            root, options, vectors=source, meaning_threshold=0.94, clock=Clock.at(now, "UTC")
+        )
         assert run["similarity"] == "words and meaning (cosine >= 0.94)"
         calls = fake.calls
         assert calls >= 1 and cache.count() >= 16  # every line of the five notes
         later = now + dt.timedelta(hours=1)
-        run_dream(root, options, vectors=source, meaning_threshold=0.94, clock=lambda: later)
+        run_dream(
+            root, options, vectors=source, meaning_threshold=0.94, clock=Clock.at(later, "UTC")
+        )
         assert fake.calls == calls  # the same lines again: all from the cache
     finally:
         cache.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
 from memd.ctl.memctl import cli as memctl
 from memd.dreams.recall_store import RecallStore
@@ -21,7 +22,7 @@ from memd.embed.fake import FakeEmbedder
 from .daemon_fixture import running_daemon
 
 
-class Clock:
+class FakeTime:
     def __init__(self, when: datetime) -> None:
         self.when = when
 
@@ -72,8 +73,10 @@ def test_transcript_lines_reach_only_their_own_agent(tmp_path: Path) -> None:
         )
         + "\n"
     )
-    clock = Clock(datetime(2026, 4, 2, 3, tzinfo=UTC))
-    with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=clock) as d:
+    clock = FakeTime(datetime(2026, 4, 2, 3, tzinfo=UTC))
+    with running_daemon(
+        Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=Clock("UTC", source=clock)
+    ) as d:
         with memd_client.connect(d.socket_path, identity={"agent_id": "main"}) as c:
             c.workspace_add(str(ws), name="agent", sessions_dir=str(sessions), agent_id="main")
             c.reindex("agent")
@@ -155,8 +158,10 @@ def test_a_recalled_chunk_promotes_the_line_that_earned_it_once(tmp_path: Path) 
     ws = tmp_path / "agent"
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "2026-03-29.md").write_text(CAT_NOTE)
-    clock = Clock(datetime(2026, 3, 30, 10, tzinfo=UTC))
-    with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=clock) as d:
+    clock = FakeTime(datetime(2026, 3, 30, 10, tzinfo=UTC))
+    with running_daemon(
+        Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=Clock("UTC", source=clock)
+    ) as d:
         with memd_client.connect(d.socket_path) as c:
             c.workspace_add(str(ws), name="agent")
             c.reindex("agent")
@@ -189,8 +194,10 @@ def test_memctl_promote_lists_the_keys_explain_takes(tmp_path: Path) -> None:
     ws = tmp_path / "agent"
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "2026-03-29.md").write_text(CAT_NOTE)
-    clock = Clock(datetime(2026, 3, 30, 10, tzinfo=UTC))
-    with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=clock) as d:
+    clock = FakeTime(datetime(2026, 3, 30, 10, tzinfo=UTC))
+    with running_daemon(
+        Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=Clock("UTC", source=clock)
+    ) as d:
         with memd_client.connect(d.socket_path) as c:
             c.workspace_add(str(ws), name="agent")
             c.reindex("agent")
@@ -220,8 +227,10 @@ def test_what_dreaming_writes_and_shows_is_redacted(tmp_path: Path) -> None:
     (ws / "memory").mkdir(parents=True)
     note = f"# Ops\n\n- Always deploy with the token {TOKEN} from the vault.\n"
     (ws / "memory" / "2026-04-01.md").write_text(note)
-    clock = Clock(datetime(2026, 4, 1, 20, tzinfo=UTC))
-    with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=clock) as d:
+    clock = FakeTime(datetime(2026, 4, 1, 20, tzinfo=UTC))
+    with running_daemon(
+        Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=Clock("UTC", source=clock)
+    ) as d:
         with memd_client.connect(d.socket_path) as c:
             c.workspace_add(str(ws), name="agent")
             c.reindex("agent")
@@ -244,11 +253,11 @@ def test_the_diary_is_for_reading_not_searching(tmp_path: Path) -> None:
     (ws / "memory").mkdir(parents=True)
     note = "- Always call the staging cluster vega, never orion.\n"
     (ws / "memory" / "2026-04-01.md").write_text(note)
-    clock = Clock(datetime(2026, 4, 1, 20, tzinfo=UTC))
+    clock = FakeTime(datetime(2026, 4, 1, 20, tzinfo=UTC))
     for diary in (False, True):
         (ws / "DREAMS.md").unlink(missing_ok=True)
         config = Config.load(timezone="UTC", index__diary=diary)
-        with running_daemon(config, embedder=FakeEmbedder(), clock=clock) as d:
+        with running_daemon(config, embedder=FakeEmbedder(), clock=Clock("UTC", source=clock)) as d:
             with memd_client.connect(d.socket_path) as c:
                 c.workspace_add(str(ws), name="agent")
                 c.reindex("agent")

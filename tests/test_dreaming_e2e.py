@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
 from memd.ctl.memctl import cli as memctl
 from memd.embed.fake import FakeEmbedder
@@ -19,7 +20,7 @@ from memd.workspace import dreams_folder
 from .daemon_fixture import running_daemon
 
 
-class Clock:
+class FakeTime:
     """The daemon's notion of now, moved by the test (recall days, recency, section dates)."""
 
     def __init__(self, when: datetime) -> None:
@@ -38,9 +39,11 @@ def test_recalled_daily_line_is_promoted_and_then_found_in_memory_md(tmp_path: P
     (ws / "MEMORY.md").write_text("# Long-Term Memory\n\nWritten by a human.\n")
     (ws / "memory" / "2026-03-30.md").write_text(f"# 2026-03-30\n\n{FACT}\n")
     (ws / "memory" / "2026-03-31.md").write_text("# 2026-03-31\n\n- lunch was pizza\n")
-    clock = Clock(datetime(2026, 4, 1, 10, tzinfo=UTC))
+    clock = FakeTime(datetime(2026, 4, 1, 10, tzinfo=UTC))
     config = Config.load(timezone="UTC")
-    with running_daemon(config, embedder=FakeEmbedder(), clock=clock) as daemon:
+    with running_daemon(
+        config, embedder=FakeEmbedder(), clock=Clock("UTC", source=clock)
+    ) as daemon:
         with memd_client.connect(daemon.socket_path) as c:
             c.workspace_add(str(ws), name="agent")
             c.reindex("agent")
@@ -103,8 +106,8 @@ def test_a_missed_scheduled_run_happens_once_at_the_next_start(tmp_path: Path) -
     ws = tmp_path / "agent"
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "2026-03-30.md").write_text(f"# 2026-03-30\n\n{FACT}\n")
-    clock = Clock(datetime(2026, 4, 1, 10, tzinfo=UTC))
-    store = RecallStore(ws, timezone="UTC", clock=clock)
+    clock = FakeTime(datetime(2026, 4, 1, 10, tzinfo=UTC))
+    store = RecallStore(ws, clock=Clock("UTC", source=clock))
     hit = {"path": "memory/2026-03-30.md", "start_line": 3, "end_line": 3, "score": 0.9}
     for day in (1, 3, 5, 7, 9):
         clock.when = datetime(2026, 4, day, 10, tzinfo=UTC)
@@ -120,12 +123,11 @@ def test_a_missed_scheduled_run_happens_once_at_the_next_start(tmp_path: Path) -
     state.parent.mkdir(parents=True, exist_ok=True)
     # memd last ran its schedule three days (three 03:00 slots) ago.
     Schedule(
-        "0 3 * * *",
-        timezone="UTC",
-        state_path=state,
-        clock=lambda: datetime(2026, 4, 6, 4, tzinfo=UTC),
+        "0 3 * * *", state_path=state, clock=Clock.at(datetime(2026, 4, 6, 4, tzinfo=UTC), "UTC")
     ).mark_ran()
-    with running_daemon(config, embedder=FakeEmbedder(), clock=clock) as daemon:
+    with running_daemon(
+        config, embedder=FakeEmbedder(), clock=Clock("UTC", source=clock)
+    ) as daemon:
         deadline = time.monotonic() + 15  # the main loop checks the schedule right at start
         while "<!-- memd-promotion:" not in _read(ws / "MEMORY.md") and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -151,8 +153,10 @@ def test_memctl_dream_previews_then_writes_and_status_shows_each_phase(tmp_path:
     (ws / "memory" / "2026-04-01.md").write_text(
         "# 2026-04-01\n\n- Ben is allergic to peanuts.\n- Lunch was pizza.\n"
     )
-    clock = Clock(datetime(2026, 4, 2, 3, tzinfo=UTC))
-    with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=clock) as d:
+    clock = FakeTime(datetime(2026, 4, 2, 3, tzinfo=UTC))
+    with running_daemon(
+        Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=Clock("UTC", source=clock)
+    ) as d:
         with memd_client.connect(d.socket_path) as c:
             c.workspace_add(str(ws), name="agent")
             c.reindex("agent")
@@ -222,8 +226,10 @@ def test_dreaming_reads_the_agents_transcripts(tmp_path: Path) -> None:
     (sessions / "s1.checkpoint.1.jsonl").write_text(
         record("user", "Never seen by dreaming.") + "\n"
     )
-    clock = Clock(datetime(2026, 4, 2, 3, tzinfo=UTC))
-    with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=clock) as d:
+    clock = FakeTime(datetime(2026, 4, 2, 3, tzinfo=UTC))
+    with running_daemon(
+        Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=Clock("UTC", source=clock)
+    ) as d:
         with memd_client.connect(d.socket_path) as c:
             c.workspace_add(str(ws), name="agent", sessions_dir=str(sessions), agent_id="main")
             c.reindex("agent")

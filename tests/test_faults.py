@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config, EmbeddingConfig
 from memd.daemon import Daemon
 from memd.dreams import sharedfile
@@ -42,7 +43,6 @@ from memd.embed.providers import create_remote
 from memd.index.audit import DumpRow
 from memd.index.index import Index
 from memd.index.sync import Syncer
-from memd.markdown.append import today
 from memd_client.errors import (
     Code,
     IndexError_,
@@ -274,7 +274,7 @@ def test_index_on_a_full_disk_stays_honest_and_recovers(
             assert got["text"].startswith(f"# Note {written - 1}") and not got["missing"]
             waited = c.search("full", f"keyword{written - 1}", mode="keyword", wait_ms=3000)
             assert not waited["freshness"]["fresh"], "a sync that failed is not fresh"
-            daily = ws / "memory" / f"{today().isoformat()}.md"
+            daily = ws / "memory" / f"{Clock().today().isoformat()}.md"
             with pytest.raises(IndexError_) as appended:
                 c.append("full", "The deploy freeze starts on Friday.")
             message = str(appended.value)
@@ -329,7 +329,7 @@ def test_append_to_a_full_workspace_changes_nothing(tmp_path: Path) -> None:
     with tmpfs(tmp_path / "ws", "1m") as ws:
         (ws / "memory").mkdir()
         (ws / "MEMORY.md").write_text("# Memory\n\nThe staging cluster is called Orion.\n")
-        daily = ws / "memory" / f"{today().isoformat()}.md"
+        daily = ws / "memory" / f"{Clock().today().isoformat()}.md"
         human = "# Today\n\n- a line the human wrote, without a final newline"
         daily.write_text(human)
         with running_daemon() as daemon, client(daemon) as c:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
 from memd.daemon import Daemon
 from memd.dreams.sharedfile import append_text
@@ -26,7 +27,7 @@ TODAY = "memory/2026-04-02.md"
 @pytest.fixture
 def daemon() -> Iterator[Daemon]:
     config = Config.load(timezone="UTC")
-    with running_daemon(config, embedder=FakeEmbedder(), clock=lambda: NOW) as d:
+    with running_daemon(config, embedder=FakeEmbedder(), clock=Clock.at(NOW, "UTC")) as d:
         yield d
 
 

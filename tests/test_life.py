@@ -39,6 +39,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
 from memd.embed.fake import FakeEmbedder
 from memd.index.index import Index
@@ -54,7 +55,7 @@ SUBJECTS = ("the staging cluster", "the billing job", "my sister", "the cat", "t
 VERBS = ("is called", "runs on", "moved to", "likes", "depends on")
 
 
-class Clock:
+class FakeTime:
     def __init__(self) -> None:
         self.when = datetime(2026, 3, 2, 9, tzinfo=UTC)
 
@@ -95,7 +96,7 @@ class Life(RuleBasedStateMachine):
         self.home = self.base / "home"
         self.saved_home = os.environ.get("MEMD_HOME")
         os.environ["MEMD_HOME"] = str(self.home)
-        self.clock = Clock()
+        self.clock = FakeTime()
         self.config = Config.load(timezone="UTC")
         self.stack = contextlib.ExitStack()
         self.daemon: Any = None
@@ -125,7 +126,9 @@ class Life(RuleBasedStateMachine):
 
     def _start(self) -> None:
         self.daemon = self.stack.enter_context(
-            running_daemon(self.config, embedder=FakeEmbedder(), clock=self.clock)
+            running_daemon(
+                self.config, embedder=FakeEmbedder(), clock=Clock("UTC", source=self.clock)
+            )
         )
 
     def _stop(self) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
@@ -47,7 +48,7 @@ def ws(tmp_path: Path) -> Path:
 @pytest.fixture
 def daemon() -> Iterator[Daemon]:
     config = Config.load(timezone="UTC")
-    with running_daemon(config, embedder=FakeEmbedder(), clock=lambda: NOW) as d:
+    with running_daemon(config, embedder=FakeEmbedder(), clock=Clock.at(NOW, "UTC")) as d:
         yield d
 
 
@@ -235,12 +236,13 @@ os.environ["MEMD_HOME"] = home
 (ws / "memory" / "mnt").mkdir()
 subprocess.run(["mount", "--bind", str(ws), str(ws / "memory" / "mnt")], check=True)
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
 from memd.embed.fake import FakeEmbedder
 from tests.daemon_fixture import running_daemon
 out = {}
-now = datetime(2026, 4, 2, 12, 0, tzinfo=UTC)
-with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=lambda: now) as d:
+clock = Clock.at(datetime(2026, 4, 2, 12, 0, tzinfo=UTC), "UTC")
+with running_daemon(Config.load(timezone="UTC"), embedder=FakeEmbedder(), clock=clock) as d:
     with memd_client.connect(d.socket_path) as c:
         c.workspace_add(str(ws), name="agent")
         c.reindex("agent")

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
 from memd.daemon import Daemon
 from memd.embed.fake import FakeEmbedder
@@ -128,7 +129,7 @@ def ws(tmp_path: Path) -> Path:
 @pytest.fixture
 def daemon(ws: Path) -> Iterator[Daemon]:
     config = Config.load(timezone="UTC")
-    with running_daemon(config, embedder=FakeEmbedder(), clock=lambda: NOW) as d:
+    with running_daemon(config, embedder=FakeEmbedder(), clock=Clock.at(NOW, "UTC")) as d:
         with memd_client.connect(d.socket_path) as c:
             c.workspace_add(str(ws), name="agent")
             c.reindex("agent")

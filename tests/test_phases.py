@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from memd.clock import Clock
 from memd.dreams.dreaming import run_promotion
 from memd.dreams.phases import MAX_HITS, PhaseHits, PhaseSignals, phase_boost
 from memd.dreams.ranking import MANUAL, Thresholds, rank, score_entry
@@ -78,7 +79,7 @@ def test_promotion_explains_the_boost(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "2026-04-01.md").write_text("# 2026-04-01\n\n" + make().snippet + "\n")
-    store = RecallStore(ws, timezone="UTC", clock=lambda: NOW)
+    store = RecallStore(ws, clock=Clock.at(NOW, "UTC"))
     for i in range(3):
         store.record(
             f"q{i}",
@@ -93,9 +94,9 @@ def test_promotion_explains_the_boost(tmp_path: Path) -> None:
             ],
         )
     (key,) = store.load()
-    before = run_promotion(ws, MANUAL, explain=key, timezone="UTC", clock=lambda: NOW)
+    before = run_promotion(ws, MANUAL, explain=key, clock=Clock.at(NOW, "UTC"))
     PhaseSignals(ws).record([key], "light", NOW)
-    after = run_promotion(ws, MANUAL, explain=key, timezone="UTC", clock=lambda: NOW)
+    after = run_promotion(ws, MANUAL, explain=key, clock=Clock.at(NOW, "UTC"))
     assert before["explain"]["components"]["phase_boost"] == 0.0
     light = 0.06 * math.log(2) / math.log(7)
     assert after["explain"]["components"]["phase_boost"] == pytest.approx(light, abs=1e-4)

@@ -19,7 +19,7 @@ import pytest
 from memd.dreams import promote, sharedfile
 from memd.dreams.promote import PromotionResult, apply_promotions, rehydrate
 from memd.dreams.ranking import Candidate
-from memd.dreams.recall_store import RecallEntry
+from memd.dreams.recall_entry import RecallEntry
 from memd_client.errors import PathRefused
 
 DAY = date(2024, 5, 2)

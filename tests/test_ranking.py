@@ -17,7 +17,7 @@ from memd.dreams.ranking import (
     rank,
     score_entry,
 )
-from memd.dreams.recall_store import RecallEntry
+from memd.dreams.recall_entry import RecallEntry
 
 NOW = datetime(2026, 4, 8, 12, 0, tzinfo=UTC)
 

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 import memd_client
+from memd.clock import Clock
 from memd.config import Config
 from memd.dreams import recall_lock
 from memd.dreams.recall_lock import file_lock
@@ -146,7 +147,7 @@ def test_a_recall_after_a_crash_is_not_busy(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "memory" / "2026-04-01.md").write_text("Deploys are blue-green.\n")
-    store = RecallStore(ws, folder=tmp_path / "dreams", timezone="UTC")
+    store = RecallStore(ws, folder=tmp_path / "dreams", clock=Clock("UTC"))
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(store.lock_path)], stdout=subprocess.PIPE, text=True
     )

@@ -20,13 +20,13 @@ from typing import Any
 import psutil
 import pytest
 
+from memd.clock import Clock
 from memd.dreams import recall_lock
-from memd.dreams.recall_store import (
-    RecallEntry,
-    RecallStore,
+from memd.dreams.recall_entry import RecallEntry, entry_key
+from memd.dreams.recall_store import RecallStore
+from memd.dreams.recall_text import (
     claim_hash,
     concept_tags,
-    entry_key,
     is_promotable,
     is_short_term,
     query_hash,
@@ -37,7 +37,7 @@ DAY1 = datetime(2026, 4, 1, 12, 0, tzinfo=UTC)
 SNIPPET = "Deploys go through the blue-green pipeline.\nStaging first, then prod."
 
 
-class Clock:
+class FakeTime:
     def __init__(self, now: datetime = DAY1) -> None:
         self.now = now
 
@@ -59,13 +59,13 @@ def hit(
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeTime:
+    return FakeTime()
 
 
 @pytest.fixture
-def store(workspace: Path, clock: Clock) -> RecallStore:
-    return RecallStore(workspace, timezone="UTC", clock=clock)
+def store(workspace: Path, clock: FakeTime) -> RecallStore:
+    return RecallStore(workspace, clock=Clock("UTC", source=clock))
 
 
 @pytest.fixture
@@ -177,7 +177,7 @@ def test_record_creates_entry_with_reference_shape(store: RecallStore) -> None:
 
 
 def test_record_accumulates_and_dedupes_same_query_same_day(
-    store: RecallStore, clock: Clock
+    store: RecallStore, clock: FakeTime
 ) -> None:
     store.record("deploy", [hit(score=0.5)])
     store.record("Deploy ", [hit(score=0.9)])  # same query hash, same day: lists only
@@ -197,7 +197,7 @@ def test_record_accumulates_and_dedupes_same_query_same_day(
     assert store.counts() == {"entries": 1, "promoted": 0, "concept_tagged": 1, "spaced": 1}
 
 
-def test_caps_keep_most_recent(store: RecallStore, clock: Clock) -> None:
+def test_caps_keep_most_recent(store: RecallStore, clock: FakeTime) -> None:
     for i in range(33):
         store.record(f"query {i}", [hit()])
     (entry,) = store.load().values()
@@ -242,16 +242,14 @@ def test_missing_snippet_is_read_from_the_file(store: RecallStore, write: Any) -
 
 
 def test_day_bucket_uses_the_time_zone(workspace: Path) -> None:
-    late_utc = Clock(datetime(2026, 4, 1, 23, 30, tzinfo=UTC))  # already Apr 2 in Tokyo
-    RecallStore(workspace, timezone="Asia/Tokyo", clock=late_utc).record("q1", [hit()])
-    RecallStore(workspace, timezone="America/New_York", clock=late_utc).record("q2", [hit()])
+    late_utc = FakeTime(datetime(2026, 4, 1, 23, 30, tzinfo=UTC))  # already Apr 2 in Tokyo
+    RecallStore(workspace, clock=Clock("Asia/Tokyo", source=late_utc)).record("q1", [hit()])
+    RecallStore(workspace, clock=Clock("America/New_York", source=late_utc)).record("q2", [hit()])
     (entry,) = RecallStore(workspace).load().values()
     assert entry.recall_days == ["2026-04-01", "2026-04-02"]
-    with pytest.raises(ValueError, match="time zone"):
-        RecallStore(workspace, timezone="Not/AZone")
 
 
-def test_mark_promoted(store: RecallStore, clock: Clock) -> None:
+def test_mark_promoted(store: RecallStore, clock: FakeTime) -> None:
     store.record("q", [hit(), hit(start=10)])
     clock.now = DAY1 + timedelta(hours=1)
     key = "memory:memory/2026-04-01.md:1:2"
@@ -302,7 +300,7 @@ def test_load_normalises(store: RecallStore) -> None:
 # -- crash safety ------------------------------------------------------------------------------
 
 
-def test_corrupt_store_falls_back_to_prev(store: RecallStore, clock: Clock) -> None:
+def test_corrupt_store_falls_back_to_prev(store: RecallStore, clock: FakeTime) -> None:
     store.record("first", [hit()])
     store.record("second", [hit()])  # .prev now holds the store after "first"
     assert json.loads(store.prev_path.read_text())["entries"]
@@ -340,8 +338,9 @@ CHILD_SAVE_LOOP = textwrap.dedent(
     """
     import sys
     from pathlib import Path
+    from memd.clock import Clock
     from memd.dreams.recall_store import RecallStore
-    store = RecallStore(Path(sys.argv[1]), timezone="UTC")
+    store = RecallStore(Path(sys.argv[1]), clock=Clock("UTC"))
     i = 0
     while True:
         hits = [{"path": "memory/2026-04-01.md", "start_line": n, "end_line": n, "score": 0.5,
@@ -356,7 +355,7 @@ CHILD_SAVE_LOOP = textwrap.dedent(
 
 
 def test_sigkill_during_rewrites_never_leaves_a_broken_store(workspace: Path) -> None:
-    store = RecallStore(workspace, timezone="UTC")
+    store = RecallStore(workspace, clock=Clock("UTC"))
     rng = random.Random(7)
     for _ in range(20):
         child = subprocess.Popen(
@@ -451,7 +450,7 @@ def test_fresh_lock_of_a_dead_pid_is_stolen_at_once(store: RecallStore) -> None:
 
 def test_threads_queue_on_one_store(workspace: Path) -> None:
     def work(n: int) -> None:
-        s = RecallStore(workspace, timezone="UTC")
+        s = RecallStore(workspace, clock=Clock("UTC"))
         for i in range(10):
             s.record(f"thread {n} query {i}", [hit()])
 
@@ -468,8 +467,9 @@ CHILD_RECORD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
+    from memd.clock import Clock
     from memd.dreams.recall_store import RecallStore
-    store = RecallStore(Path(sys.argv[1]), timezone="UTC")
+    store = RecallStore(Path(sys.argv[1]), clock=Clock("UTC"))
     hit = {"path": "memory/2026-04-01.md", "start_line": 1, "end_line": 2, "score": 0.5,
            "snippet": "Deploys are blue-green."}
     for i in range(50):
@@ -494,12 +494,12 @@ def test_two_processes_racing(workspace: Path) -> None:
 
 
 def test_recorder_keeps_its_own_writes_and_sees_everyone_elses(
-    workspace: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, clock: FakeTime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The daemon's recorder keeps the entries it last saved instead of re-parsing its own
     # file on every batch; a write by anyone else (promotion in memctl, a hand edit) must
     # still be seen by its next batch, not overwritten with the recorder's stale copy.
-    recorder = RecallStore(workspace, timezone="UTC", clock=clock)
+    recorder = RecallStore(workspace, clock=Clock("UTC", source=clock))
     reads: list[Path] = []
     real_read = recorder._read
     monkeypatch.setattr(recorder, "_read", lambda p: reads.append(p) or real_read(p))
@@ -509,10 +509,10 @@ def test_recorder_keeps_its_own_writes_and_sees_everyone_elses(
     assert reads == [recorder.path]  # parsed once, then its own writes are trusted
 
     key = "memory:memory/2026-04-01.md:1:2"
-    other = RecallStore(workspace, timezone="UTC", clock=clock)
+    other = RecallStore(workspace, clock=Clock("UTC", source=clock))
     assert other.mark_promoted({key: {}}) == 1
     recorder.record("deploy again", [hit()])
-    entries = RecallStore(workspace, timezone="UTC").load()
+    entries = RecallStore(workspace, clock=Clock("UTC")).load()
     assert entries[key].promoted_at is not None  # the promotion survived the next batch
     assert len(entries[key].query_hashes) == 3
 
@@ -521,7 +521,7 @@ def test_recorder_keeps_its_own_writes_and_sees_everyone_elses(
     data["entries"][key]["recallCount"] = 40
     recorder.path.write_text(json.dumps(data))
     recorder.record("deploy once more", [hit()])
-    assert RecallStore(workspace, timezone="UTC").load()[key].recall_count == 41
+    assert RecallStore(workspace, clock=Clock("UTC")).load()[key].recall_count == 41
 
 
 def test_recorder_gathers_searches_into_few_rewrites(
@@ -539,7 +539,7 @@ def test_recorder_gathers_searches_into_few_rewrites(
         return real(self, searches, **kw)
 
     monkeypatch.setattr(RecallStore, "record_many", spy)
-    recorder = RecallRecorder(timezone="UTC")
+    recorder = RecallRecorder(clock=Clock("UTC"))
     recorder.start()
     try:
         for i in range(40):
@@ -550,7 +550,7 @@ def test_recorder_gathers_searches_into_few_rewrites(
         recorder.stop()
     assert sum(batches) == 40
     assert len(batches) <= 3  # 40 searches over ~0.2 s: gathered, not written one by one
-    (entry,) = RecallStore(workspace, timezone="UTC").load().values()
+    (entry,) = RecallStore(workspace, clock=Clock("UTC")).load().values()
     assert entry.recall_count == 40  # every search counted; query hashes capped at 32
     assert len(entry.query_hashes) == 32
 
@@ -558,7 +558,7 @@ def test_recorder_gathers_searches_into_few_rewrites(
 # -- a store OpenClaw archived -----------------------------------------------------------------
 
 
-def test_a_store_openclaw_archived_is_taken_back_once(store: RecallStore, clock: Clock) -> None:
+def test_a_store_openclaw_archived_is_taken_back_once(store: RecallStore, clock: FakeTime) -> None:
     """OpenClaw's state migration renames the store to short-term-recall.json.migrated (its
     doctor does that even when memd holds the memory slot); memd counts those recalls again."""
     store.record("q1", [hit(score=0.5), hit(start=5)])
@@ -580,6 +580,6 @@ def test_a_store_openclaw_archived_is_taken_back_once(store: RecallStore, clock:
     # Taken back once: the archive stays (OpenClaw looks for it) and is not counted again.
     assert (store.dir / "short-term-recall.json.migrated").exists()
     store.record("q4", [hit(start=5)])
-    again = RecallStore(store.root, timezone="UTC", clock=clock).load()
+    again = RecallStore(store.root, clock=Clock("UTC", source=clock)).load()
     assert again[merged.key].recall_count == 3
     assert again[entry_key("memory/2026-04-01.md", 5, 6)].recall_count == 2

@@ -17,13 +17,13 @@ import contextlib
 import datetime as dt
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from memd.atomicfile import write_atomic
+from memd.clock import Clock
 from memd.dreams.diary import diary_lines, write_entry
 from memd.dreams.dreaming import candidate_dict, promote
 from memd.dreams.light import (
@@ -40,7 +40,8 @@ from memd.dreams.phases import Phase, PhaseHits, PhaseSignals
 from memd.dreams.place import DreamPlace
 from memd.dreams.privacy import redacted
 from memd.dreams.ranking import SCHEDULED, Candidate, Thresholds, score_all, verdict
-from memd.dreams.recall_store import RecallEntry, RecallStore, iso_time
+from memd.dreams.recall_entry import RecallEntry, iso_time
+from memd.dreams.recall_store import RecallStore
 from memd.dreams.rem import RemSettings, Truth, ground, reflect
 from memd.dreams.similar import Group, Meaning, VectorSource, text_similarity
 from memd.dreams.transcripts import (
@@ -71,7 +72,6 @@ class DreamOptions:
     rem: RemSettings = field(default_factory=RemSettings)
     memory_max_chars: int = 10_000
     diary_max_chars: int = 20_000
-    timezone: str = ""
     redact: bool = True  # [index] redact: secrets out of what dreaming writes and shows
 
 
@@ -171,19 +171,20 @@ def run_dream(
     vectors: VectorSource | None = None,
     meaning_threshold: float | None = None,
     transcripts: TranscriptSource | None = None,
-    clock: Callable[[], dt.datetime] | None = None,
+    clock: Clock | None = None,
     folder: Path | None = None,
 ) -> dict[str, Any]:
     """Run the chosen phases over the workspace at ``root``, keeping dreaming's own files in
     ``folder`` (default: the workspace's ``memory/.dreams``); see the module docstring."""
     place = DreamPlace(root, folder) if folder is not None else DreamPlace.inside(root)
-    now = (clock or (lambda: dt.datetime.now(dt.UTC)))()
-    tz = ZoneInfo(options.timezone) if options.timezone else None
-    local = now.astimezone(tz) if tz else now.astimezone()
+    clock = clock or Clock()
+    now = clock.now()
+    tz = clock.zone if clock.timezone else None  # transcripts' days are UTC's when unset
+    local = clock.local(now)
     today = local.date().isoformat()
     stamp = iso_time(now)
     apply = options.apply
-    store = RecallStore(root, folder=place.folder, timezone=options.timezone, clock=clock)
+    store = RecallStore(root, folder=place.folder, clock=clock)
     signals = PhaseSignals(root, place.folder)
     meaning = (
         Meaning(vectors, meaning_threshold)
@@ -297,7 +298,7 @@ def run_dream(
         if options.redact:
             result = redacted(result, redact_secrets)
         if apply:
-            title = local.strftime("%Y-%m-%d %H:%M") + (f" ({options.timezone})" if tz else "")
+            title = local.strftime("%Y-%m-%d %H:%M") + (f" ({clock.timezone})" if tz else "")
             lines = diary_lines(result)
             if options.redact:  # snippets are; theme names and the rest are words of notes too
                 lines = [redact_secrets(line) for line in lines]

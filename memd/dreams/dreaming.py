@@ -4,12 +4,12 @@ MEMORY.md and mark them promoted."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, date, datetime
+from collections.abc import Mapping, Sequence
+from datetime import date
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
+from memd.clock import Clock
 from memd.dreams.phases import PhaseSignals
 from memd.dreams.place import DreamPlace
 from memd.dreams.promote import apply_promotions
@@ -100,15 +100,15 @@ def run_promotion(
     explain: str | None = None,
     include_promoted: bool = False,
     max_chars: int = 10_000,
-    timezone: str = "",
-    clock: Callable[[], datetime] | None = None,
+    clock: Clock | None = None,
     folder: Path | None = None,
     redact: bool = True,
 ) -> dict[str, Any]:
     """Rank, and promote (``apply``) or say what a promotion would write, the short-term
     memories of the workspace at ``root`` (dreaming's files in ``folder``)."""
-    now = (clock or (lambda: datetime.now(UTC)))()
-    store = RecallStore(root, folder=folder, timezone=timezone, clock=clock)
+    clock = clock or Clock()
+    now = clock.now()
+    store = RecallStore(root, folder=folder, clock=clock)
     entries = store.load()
     phases = PhaseSignals(
         root, store.dir
@@ -138,8 +138,7 @@ def run_promotion(
     result["candidates"] = [candidate_dict(c) for c in candidates]
     result["applied"] = []
     if candidates:
-        tz = ZoneInfo(timezone) if timezone else None
-        day = now.astimezone(tz).date() if tz else now.astimezone().date()
+        day = clock.day(now)
         result.update(
             promote(
                 store, candidates, day=day, max_chars=max_chars, redact=redact, dry_run=not apply

@@ -29,7 +29,8 @@ from memd.atomicfile import write_atomic
 from memd.dreams.daily import DAILY_SCORE, daily_snippets
 from memd.dreams.phases import PhaseHits
 from memd.dreams.place import DreamPlace
-from memd.dreams.recall_store import RecallEntry, RecallStore, parse_time
+from memd.dreams.recall_entry import RecallEntry, parse_time
+from memd.dreams.recall_store import RecallStore
 from memd.dreams.similar import Group, Meaning, dedupe
 
 __all__ = [

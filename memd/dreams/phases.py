@@ -16,8 +16,9 @@ from typing import Any, Literal
 
 from memd.atomicfile import write_atomic
 from memd.dreams.place import DreamPlace
+from memd.dreams.recall_entry import iso_time, parse_time
+from memd.dreams.recall_file import LOCK_NAME
 from memd.dreams.recall_lock import file_lock
-from memd.dreams.recall_store import LOCK_NAME, iso_time, parse_time
 
 __all__ = ["MAX_HITS", "PHASE_SIGNALS", "Phase", "PhaseHits", "PhaseSignals", "phase_boost"]
 

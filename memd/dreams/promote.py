@@ -19,7 +19,8 @@ from pathlib import Path, PurePosixPath
 
 from memd.dreams.place import DreamPlace
 from memd.dreams.ranking import Candidate
-from memd.dreams.recall_store import RecallEntry, is_promotable
+from memd.dreams.recall_entry import RecallEntry
+from memd.dreams.recall_text import is_promotable
 from memd.dreams.sharedfile import append_text, snapshot, snapshot_bytes, swap_in
 from memd.redact import redact as redact_secrets
 from memd_client.errors import PathRefused

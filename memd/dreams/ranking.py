@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from memd.dreams.lasting import lasting_reason
 from memd.dreams.phases import PhaseHits, phase_boost
-from memd.dreams.recall_store import RecallEntry, is_promotable, is_short_term, parse_time
+from memd.dreams.recall_entry import RecallEntry, parse_time
+from memd.dreams.recall_text import is_promotable, is_short_term
 
 __all__ = [
     "MANUAL",

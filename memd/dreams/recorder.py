@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memd.dreams.recall_store import RecallStore, is_short_term
+from memd.clock import Clock
+from memd.dreams.recall_store import RecallStore
+from memd.dreams.recall_text import is_short_term
 
 __all__ = ["RecallRecorder"]
 
@@ -31,9 +33,8 @@ class RecallRecorder:
     RecallStore per workspace, which trusts its own last write instead of parsing it again.
     """
 
-    def __init__(self, *, timezone: str = "", clock: Callable[[], datetime] | None = None) -> None:
-        self.timezone = timezone
-        self.clock = clock
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self.clock = clock or Clock()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=10_000)
         self._thread = threading.Thread(target=self._run, name="memd-recalls", daemon=True)
         # Searches are numbered as they are queued; waiters wait for a number, not for an
@@ -68,9 +69,7 @@ class RecallRecorder:
         short = [dict(r) for r in results if is_short_term(str(r.get("path", "")))]
         if not short:
             return
-        when = (
-            self.clock() if self.clock else datetime.now(UTC)
-        )  # the search's time, not the write's
+        when = self.clock.now()  # the search's time, not the write's
         with self._cond:
             try:
                 self._queue.put_nowait(((root, folder), query, short, when))
@@ -112,7 +111,7 @@ class RecallRecorder:
                     store = self._stores.get(root)
                     if store is None or (folder is not None and store.dir != folder):
                         store = self._stores[root] = RecallStore(
-                            root, folder=folder, timezone=self.timezone
+                            root, folder=folder, clock=self.clock
                         )
                     self.recorded += store.record_many(searches)
                 except Exception as exc:  # a recall store problem never reaches a search

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from memd.dreams.lasting import lasting_reason
 from memd.dreams.light import DAILY_LOOKBACK_DAYS, entry_within
 from memd.dreams.phases import PhaseHits
-from memd.dreams.recall_store import RecallEntry, RecallStore
+from memd.dreams.recall_entry import RecallEntry
+from memd.dreams.recall_store import RecallStore
 from memd.dreams.similar import Group, Meaning, average_score, dedupe, note_day
 
 __all__ = [

@@ -3,35 +3,21 @@ in a small state file so a restart neither repeats nor forgets a run."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import threading
-from collections.abc import Callable
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
 from memd.atomicfile import write_atomic
+from memd.clock import Clock
 from memd_client.errors import ConfigError
 
 __all__ = ["Schedule"]
 
 logger = logging.getLogger(__name__)
-
-
-def _local_zone() -> tzinfo:
-    """The machine's zone with its DST rules when they can be found, else today's fixed offset."""
-    name = os.environ.get("TZ", "").lstrip(":")
-    with contextlib.suppress(ZoneInfoNotFoundError, ValueError, OSError):
-        if name:
-            return ZoneInfo(name)
-        with open("/etc/localtime", "rb") as f:
-            return ZoneInfo.from_file(f, key="localtime")
-    return datetime.now().astimezone().tzinfo or UTC
 
 
 class Schedule:
@@ -41,19 +27,14 @@ class Schedule:
         self,
         cron: str,
         *,
-        timezone: str = "",
         state_path: Path,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if not croniter.is_valid(cron):
             raise ConfigError(f"dreaming schedule {cron!r} is not a valid cron expression")
-        try:
-            self.tz: tzinfo = ZoneInfo(timezone) if timezone else _local_zone()
-        except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise ConfigError(f"timezone {timezone!r} is not a known IANA time zone") from exc
+        self.clock = clock or Clock()
         self.cron = cron
         self.state_path = state_path
-        self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.Lock()
         self._last_run = self._load()
 
@@ -62,22 +43,18 @@ class Schedule:
         """When the schedule last ran (or was first started), if ever."""
         return self._last_run
 
-    def _now(self) -> datetime:
-        now = self._clock()
-        return now if now.tzinfo is not None else now.replace(tzinfo=UTC)
-
     def _slot_after(self, moment: datetime) -> datetime:
-        nxt = croniter(self.cron, moment.astimezone(self.tz)).get_next(datetime)
+        nxt = croniter(self.cron, self.clock.local(moment)).get_next(datetime)
         assert isinstance(nxt, datetime)
         return nxt
 
     def next_run(self) -> datetime:
         """The first scheduled slot after now, in the schedule's time zone."""
-        return self._slot_after(self._now())
+        return self._slot_after(self.clock.now())
 
     def due(self) -> bool:
         """Say whether a slot lies in (last run, now]; the first call only records a baseline."""
-        now = self._now()
+        now = self.clock.now()
         with self._lock:
             last = self._last_run
             if last is None:
@@ -95,7 +72,7 @@ class Schedule:
 
     def mark_ran(self, when: datetime | None = None) -> None:
         """Record a run at ``when`` (default now): slots up to then are done."""
-        moment = when or self._now()
+        moment = when or self.clock.now()
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
         with self._lock:

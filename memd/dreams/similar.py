@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memd.dreams.recall_store import RecallEntry
+from memd.dreams.recall_entry import RecallEntry
 from memd.markdown.discover import daily_date
 from memd.text import mmr_tokens
 

@@ -32,7 +32,7 @@ from memd.atomicfile import write_atomic
 from memd.dreams.daily import DAILY_SCORE
 from memd.dreams.light import within_lookback
 from memd.dreams.place import CORPUS_PREFIX, DreamPlace
-from memd.dreams.recall_store import is_promotable
+from memd.dreams.recall_text import is_promotable
 from memd.dreams.sharedfile import append_text
 
 __all__ = [

@@ -9,14 +9,13 @@ parse a request, read or submit work, and shape the reply; they never see a sock
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from zoneinfo import ZoneInfo
 
+from memd.clock import Clock
 from memd.dreams.recorder import RecallRecorder
 from memd.dreams.schedule import Schedule
 from memd.embed.autopull import ModelPull
@@ -50,7 +49,7 @@ class Context:
     service: MemoryService
     writer: Writer
     watchers: Watchers
-    clock: Callable[[], datetime] | None
+    clock: Clock  # the user's time zone: a reload that changes it replaces the Clock
     registry_file: Path
     recorder: RecallRecorder | None = None
     schedule: Schedule | None = None
@@ -64,12 +63,6 @@ class Context:
     @property
     def config(self) -> Any:  # memd.config.Config (read at each call: a reload replaces it)
         return self.service.config
-
-    def now(self) -> datetime:
-        """Now, in the user's time zone (the machine's when none is configured)."""
-        moment = self.clock() if self.clock else datetime.now(UTC)
-        zone = self.config.timezone
-        return moment.astimezone(ZoneInfo(zone)) if zone else moment.astimezone()
 
     def workspace(self, params: Mapping[str, Any]) -> Workspace:
         ref = str_param(params, "workspace")

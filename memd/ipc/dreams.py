@@ -55,9 +55,7 @@ class Dreams:
                 raise BadRequest("each result needs start_line <= end_line")
             score = float_param(item, "score", 0.0, 1.0)
             clean.append({"path": path, "start_line": start, "end_line": end, "score": score})
-        store = RecallStore(
-            ws.root, folder=ws.dream_place.folder, timezone=ctx.config.timezone, clock=ctx.clock
-        )
+        store = RecallStore(ws.root, folder=ws.dream_place.folder, clock=ctx.clock)
         with _refused_write("record recalls"):
             return {"recorded": store.record(query or "", clean)}
 
@@ -85,7 +83,6 @@ class Dreams:
             explain=str_param(params, "explain", required=False),
             include_promoted=bool(bool_param(params, "include_promoted")),
             max_chars=ctx.config.dreaming.memory_max_chars,
-            timezone=ctx.config.timezone,
             clock=ctx.clock,
             folder=ws.dream_place.folder,
             redact=ctx.config.index.redact,
@@ -143,7 +140,6 @@ class Dreams:
             apply=apply,
             memory_max_chars=config.dreaming.memory_max_chars,
             diary_max_chars=config.dreaming.diary_max_chars,
-            timezone=config.timezone,
             redact=config.index.redact,
         )
         vectors = (

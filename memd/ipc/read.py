@@ -155,7 +155,7 @@ class Read:
         max_chars = int_param(params, "max_chars", 1, MAX_CONTEXT_CHARS) or DEFAULT_CONTEXT_CHARS
         allowed = allowed_sources(caller, ctx.config.scopes)
         longterm = "longterm" in allowed
-        day = ctx.now().date()
+        day = ctx.clock.today()
 
         def check(target: MemoryPath) -> None:
             # A daily log that is a link to MEMORY.md is long-term memory too.
@@ -199,6 +199,5 @@ class Read:
         """When and how an agent host flushes a session to memory before compaction."""
         only(params, "workspace")
         self.ctx.workspace(params)
-        return flush_plan(  # type: ignore[return-value]
-            self.ctx.now(), timezone=self.ctx.config.timezone
-        )
+        clock = self.ctx.clock
+        return flush_plan(clock.local(), timezone=clock.timezone)  # type: ignore[return-value]

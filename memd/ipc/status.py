@@ -52,7 +52,9 @@ class Status:
             st = ctx.service.status(ws.name)
             try:
                 folder = ws.dream_place.folder
-                recalls: dict[str, Any] = RecallStore(ws.root, folder=folder).counts()
+                recalls: dict[str, Any] = RecallStore(
+                    ws.root, folder=folder, clock=ctx.clock
+                ).counts()
             except Exception as exc:  # a damaged store is reported, not fatal
                 recalls = {"error": str(exc)}
             nxt = ctx.schedule.next_run() if ctx.schedule else None

@@ -1,6 +1,6 @@
 """The workspace methods: ``workspace_add`` (or change a registered one's settings),
 ``workspace_remove`` and ``workspace_list``. A workspace's life (open, watch, sync, save,
-forget) is the registry's (memd/registry.py); these check the request and shape the reply."""
+forget) is the registry's (memd/registry/); these check the request and shape the reply."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ class Write:
         ws = ctx.workspace(params)
         text = str_param(params, "text")
         assert text is not None
-        day = ctx.now().date()
+        day = ctx.clock.today()
         path = str_param(params, "path", required=False)
         if path is not None:  # the caller says where it means to write: only today's log
             check_flush_target(path, day)

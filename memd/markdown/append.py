@@ -9,14 +9,13 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 from memd.atomicfile import append_whole
 from memd.flush import daily_log
 from memd.markdown.modes import create_file_at, make_folder_at
 from memd_client.errors import BadRequest, PathRefused
 
-__all__ = ["Appended", "MAX_APPEND_CHARS", "append_daily", "today"]
+__all__ = ["Appended", "MAX_APPEND_CHARS", "append_daily"]
 
 MAX_APPEND_CHARS = 64 * 1024
 
@@ -28,17 +27,9 @@ class Appended:
     end_line: int
 
 
-def today(timezone: str = "") -> dt.date:
-    """Today's date in the user's time zone (the machine's when empty)."""
-    if timezone:
-        return dt.datetime.now(ZoneInfo(timezone)).date()
-    return dt.datetime.now().astimezone().date()
-
-
-def append_daily(
-    root: Path, text: str, *, timezone: str = "", day: dt.date | None = None
-) -> Appended:
-    """Append ``text`` to ``memory/YYYY-MM-DD.md``, creating it if needed; never rewrite it.
+def append_daily(root: Path, text: str, *, day: dt.date) -> Appended:
+    """Append ``text`` to ``day``'s ``memory/YYYY-MM-DD.md``, creating it if needed; never
+    rewrite it.
 
     The entry goes out in one ``write`` on an ``O_APPEND`` descriptor (so a concurrent writer can
     never be overwritten), preceded by a newline when the file does not end with one, then
@@ -57,7 +48,6 @@ def append_daily(
         raise BadRequest(f"text is longer than {MAX_APPEND_CHARS} characters")
     if "\x00" in body:
         raise BadRequest("text contains a NUL byte")
-    day = day or today(timezone)
     rel = daily_log(day)
     root_fd = _open_root(root)
     try:

@@ -20,7 +20,7 @@ runs in the daemon meanwhile, so no search waits for a reader to start. When eve
 busy the search waits for one. No reader waits for the model: a search whose query vector is
 not ready (the model is busy with documents) gives its reader back and waits for the vector
 first; else keyword searches would queue behind it. When the daemon goes quiet
-(memd/daemon.py) the readers exit.
+(memd/daemon/) the readers exit.
 A reader that dies or stops answering is replaced, and its search runs in the daemon; after
 FAILURES_MAX deaths in a row the pool stops using readers and status says why.
 """

@@ -21,11 +21,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from datetime import date, datetime
+from datetime import date
 from pathlib import Path
 from typing import TypeVar
 
 from memd.changes import Changes
+from memd.clock import Clock
 from memd.index.index import reads_first
 from memd.index.report import SyncReport
 from memd.markdown.append import Appended, append_daily
@@ -54,10 +55,10 @@ class Writer(StateQueries, EmbeddingSteps, Rebuilds):
         self,
         workspaces: Workspaces,
         *,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.workspaces = workspaces
-        self.clock = clock  # the promotion's "now" (tests set it)
+        self.clock = clock or Clock()  # today's date for appends (a reload sets a new one)
         self._queue: queue.PriorityQueue[Job] = queue.PriorityQueue()
         self._seq = itertools.count(1)
         self._states: dict[Path, WorkspaceState] = {}
@@ -279,9 +280,7 @@ class Writer(StateQueries, EmbeddingSteps, Rebuilds):
                 continue
             try:
                 text, day = job.payload
-                appended = append_daily(
-                    ws.root, text, timezone=self.workspaces.config.timezone, day=day
-                )
+                appended = append_daily(ws.root, text, day=day or self.clock.today())
             except Exception as exc:
                 logger.warning("append to %s failed: %s", ws.name, exc)
                 job.future.set_exception(exc)

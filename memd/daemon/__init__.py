@@ -1,12 +1,11 @@
 """The composition root and lifecycle of ``memd run``.
 
-Start-up: the lock and private state directory, then :func:`build` wires every part once
-(stores -> writer -> recorder -> watchers -> socket, last), then READY=1 to systemd. Shutdown
-runs in reverse: stop accepting, stop watchers, let the writer finish its job, close the stores
-and the model. Signal handlers only record the signal; the main loop acts.
-
-Over 400 lines: the lifecycle and the one place that wires the parts belong together, so the
-start order and the stop order are read (and changed) side by side.
+Start-up: the lock and private state directory, then :func:`~memd.daemon.parts.build` wires
+every part once (stores -> writer -> recorder -> watchers -> socket, last), then READY=1 to
+systemd. Shutdown runs in reverse (the parts' own stack, memd/daemon/parts.py): stop accepting,
+stop watchers, let the writer finish its job, close the stores and the model. Signal handlers
+only record the signal; the main loop acts. What memd tells its service manager, and when it
+may stop for being idle: memd/daemon/manager.py.
 """
 
 from __future__ import annotations
@@ -17,41 +16,30 @@ import fcntl
 import functools
 import logging
 import os
-import signal
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, MutableMapping
 from concurrent.futures import Future
-from datetime import datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from memd.changes import Changes
+from memd.clock import Clock
 from memd.config import Config
-from memd.dreams.recorder import RecallRecorder
-from memd.dreams.schedule import Schedule
+from memd.daemon.manager import Idle, capture_signals, how_started, sd_notify
+from memd.daemon.parts import Parts, build
 from memd.embed.autopull import ModelPull, wanted
 from memd.embed.select import Choice
 from memd.heap import release_memory, trim_heap
-from memd.ipc import AlreadyRunning, Dispatcher, Server, StartupError
+from memd.ipc import AlreadyRunning, StartupError
 from memd.ipc.activation import Activation, inherited_socket
-from memd.ipc.context import Context
-from memd.ipc.methods import Methods
 from memd.ipc.server import prepare_directory
-from memd.once import APPEND_KEY_SECONDS, APPEND_KEYS_KEPT, AppendKeys
 from memd.private import make_private, open_private_file, private_directory
-from memd.readers import ReaderPool
-from memd.registry import Workspaces, load_registry
-from memd.service import MemoryService
 from memd.watch import Watchers
-from memd.writer.jobs import RECONCILE, WATCH
-from memd.writer.writer import Writer
+from memd.writer.jobs import RECONCILE
 from memd_client.errors import MemdError
 from memd_client.paths import socket_path
 
-__all__ = ["EXIT_ALREADY_RUNNING", "EXIT_OK", "EXIT_STARTUP_FAILURE", "Daemon", "sd_notify"]
+__all__ = ["EXIT_ALREADY_RUNNING", "EXIT_OK", "EXIT_STARTUP_FAILURE", "Daemon"]
 
 logger = logging.getLogger(__name__)
 
@@ -85,23 +73,6 @@ def _log_dream(future: Future[dict[str, Any]], *, name: str) -> None:
     )
 
 
-def sd_notify(message: str) -> bool:
-    """Send ``message`` to systemd's notify socket, if there is one (a datagram, no dependency)."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return False
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        try:
-            sock.connect(address)
-            sock.sendall(message.encode())
-        except OSError as exc:
-            logger.warning("sd_notify failed: %s", exc)
-            return False
-    return True
-
-
 class Daemon:
     """One memd process: every workspace, one writer, one embedder, one socket."""
 
@@ -112,7 +83,7 @@ class Daemon:
         choice: Choice | None = None,
         socket: Path | None = None,
         debounce_ms: int | None = None,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
         idle_exit: float | None = None,
         start_lock: int | None = None,
     ) -> None:
@@ -133,7 +104,8 @@ class Daemon:
         self.reload_requested = threading.Event()
         self.ready = threading.Event()
         self.watchers = Watchers(debounce_ms=self.debounce_ms)
-        self.clock = clock
+        # Now and the user's day, for every part (tests pass one with their own time).
+        self.clock = clock or Clock(config.timezone)
         self.parts: Parts | None = None  # built by startup(), closed by shutdown()
         self._lock_fds: list[int] = []
         self._umask: int | None = None
@@ -152,7 +124,11 @@ class Daemon:
             logger.error("memd could not start: %s", exc)
             self.shutdown()
             return EXIT_STARTUP_FAILURE
-        with self.capture_signals() if install_signals else contextlib.nullcontext():
+        with (
+            capture_signals(self.should_exit, self.reload_requested)
+            if install_signals
+            else contextlib.nullcontext()
+        ):
             self.main_loop()
         self.shutdown()
         return EXIT_OK
@@ -207,7 +183,7 @@ class Daemon:
         next_release = time.monotonic() + RELEASE_AFTER_S
         next_trim = time.monotonic() + TRIM_EVERY_S
         work_seen = 0
-        idle = _Idle(self.idle_exit if self.activation is not None else None)
+        idle = Idle(self.idle_exit if self.activation is not None else None)
         while not self.should_exit.wait(0.25):
             now = time.monotonic()
             if idle.expired(parts, now):
@@ -303,6 +279,11 @@ class Daemon:
         service = self.parts.service
         if (new.index, new.embedding) != (self.config.index, self.config.embedding):
             logger.warning("[index] and [embedding] changes take effect when memd restarts")
+        if new.timezone != self.config.timezone:
+            # Appends and dreaming follow a new time zone at once; the schedule and the recall
+            # recorder keep the one they started with.
+            self.clock = self.clock.in_zone(new.timezone)
+            self.parts.ctx.clock = self.parts.writer.clock = self.clock
         self.config = new
         # What the running stores and embedder were built with stays; the rest applies now.
         service.config = dataclasses.replace(
@@ -315,31 +296,6 @@ class Daemon:
             service.readers.resize(new.search.reader_processes)
         service.registry.follow(new.workspaces)
         logger.info("configuration reloaded from %s", new.source)
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        """Install handlers that only set flags; restore the previous ones afterwards."""
-        previous: dict[int, Any] = {}
-
-        def on_exit(signum: int, frame: FrameType | None) -> None:
-            if self.should_exit.is_set() and signum == signal.SIGINT:
-                os._exit(1)  # a second Ctrl-C: stop now
-            self.should_exit.set()
-
-        def on_hup(signum: int, frame: FrameType | None) -> None:
-            self.reload_requested.set()
-
-        for sig, handler in (
-            (signal.SIGTERM, on_exit),
-            (signal.SIGINT, on_exit),
-            (signal.SIGHUP, on_hup),
-        ):
-            previous[sig] = signal.signal(sig, handler)
-        try:
-            yield
-        finally:
-            for signum, old in previous.items():
-                signal.signal(signum, old)
 
     # -- parts ----------------------------------------------------------------------------------
 
@@ -431,154 +387,3 @@ class Daemon:
     def _count(self, n: int) -> None:
         if self.parts is not None:
             self.parts.ctx.connections = n
-
-
-def how_started(activation: Activation | None, env: MutableMapping[str, str]) -> dict[str, Any]:
-    """How this memd was started, as status says it: ``how`` (socket activation, service, on
-    demand, by hand) and ``by`` (the manager, or the client that started it)."""
-    by_client = env.pop("MEMD_STARTED_BY", None)  # set by memd_client.autostart
-    if activation is not None:
-        return {"how": "socket activation", "by": activation.manager}
-    if by_client:
-        return {"how": "on demand", "by": by_client}
-    if env.get("INVOCATION_ID"):  # systemd sets it for every unit it runs
-        return {"how": "service", "by": "systemd"}
-    if env.get("XPC_SERVICE_NAME", "0") != "0":  # launchd's label of the job
-        return {"how": "service", "by": f"launchd ({env['XPC_SERVICE_NAME']})"}
-    return {"how": "by hand", "by": None}
-
-
-class _Idle:
-    """When a socket-activated memd has been idle long enough to stop: no connection, no
-    request and no indexing work (pending files, vectors, a rebuild) for ``seconds``."""
-
-    def __init__(self, seconds: float | None) -> None:
-        self.seconds = seconds
-        self._calls = -1
-        self._since = time.monotonic()
-
-    def expired(self, parts: Parts, now: float) -> bool:
-        if not self.seconds:
-            return False
-        calls = parts.dispatcher.calls
-        busy = (
-            calls != self._calls
-            or parts.server.connections > 0
-            or (parts.ctx.model_pull is not None and parts.ctx.model_pull.busy)
-            or any(
-                parts.writer.pending(ws) or ws.syncer.status.rebuilding or ws.syncer.has_pending()
-                for ws in parts.registry.all()
-            )
-        )
-        self._calls = calls
-        if busy:
-            self._since = now
-        return now - self._since >= self.seconds
-
-
-@dataclasses.dataclass
-class Parts:
-    """Everything a running daemon is made of, built once by :func:`build`."""
-
-    service: MemoryService
-    writer: Writer
-    recorder: RecallRecorder
-    schedule: Schedule | None
-    watchers: Watchers
-    methods: Methods
-    dispatcher: Dispatcher
-    server: Server
-    _stack: contextlib.ExitStack
-
-    @property
-    def registry(self) -> Workspaces:
-        return self.service.registry
-
-    @property
-    def ctx(self) -> Context:
-        return self.methods.ctx
-
-    def close(self) -> None:
-        """Stop in the reverse order of start: the socket first, the stores and model last."""
-        self._stack.close()
-
-
-def build(
-    config: Config,
-    *,
-    choice: Choice | None,
-    socket_path: Path,
-    watchers: Watchers,
-    on_count: Callable[[int], None],
-    clock: Callable[[], datetime] | None,
-    listening: socket.socket | None = None,
-    started: dict[str, Any] | None = None,
-) -> Parts:
-    """Wire and start every part: stores, writer, recall recorder, watchers, then the socket
-    (last, so no request arrives before the rest is up). Whatever started is stopped again if a
-    later part fails."""
-    with contextlib.ExitStack() as stack:
-        service = MemoryService(config, choice=choice)
-        stack.callback(service.close)
-        service.readers = ReaderPool(config.search.reader_processes)
-        writer = Writer(service.registry, clock=clock)
-        writer.start()
-        stack.callback(writer.stop)
-        recorder = RecallRecorder(timezone=config.timezone, clock=clock)
-        recorder.start()
-        stack.callback(recorder.stop)
-        schedule = None
-        if config.dreaming.enabled:
-            schedule = Schedule(
-                config.dreaming.schedule,
-                timezone=config.timezone,
-                state_path=config.state_dir / "dreaming.json",
-                clock=clock,
-            )
-        stack.callback(watchers.stop)
-        registry_file = config.state_dir / "workspaces.json"
-        service.registry.attach(
-            watchers=watchers,
-            changes=writer.changes_of,
-            sync=lambda ws, keys, reconcile: writer.request_sync(
-                ws, keys, priority=RECONCILE if reconcile else WATCH
-            ),
-            registry_file=registry_file,
-        )
-        service.registry.open_all(load_registry(registry_file))
-        keys = AppendKeys(
-            config.state_dir / "append-keys.jsonl",
-            kept=APPEND_KEYS_KEPT,
-            seconds=APPEND_KEY_SECONDS,
-        )
-        stack.callback(keys.close)
-        ctx = Context(
-            service,
-            writer,
-            watchers,
-            clock=clock,
-            registry_file=registry_file,
-            recorder=recorder,
-            schedule=schedule,
-            append_keys=keys,
-            socket_path=str(socket_path),
-            started=started or {},  # before the first client can ask
-        )
-        methods = Methods(ctx)
-        dispatcher = Dispatcher(methods)
-        server = Server(socket_path, dispatcher, on_count=on_count, listening=listening)
-        stack.callback(server.stop)
-        server.bind()
-        server.start()
-        parts = Parts(
-            service,
-            writer,
-            recorder,
-            schedule,
-            watchers,
-            methods,
-            dispatcher,
-            server,
-            stack.pop_all(),
-        )
-    return parts
