@@ -41,6 +41,26 @@ def test_import_layers() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _module_sizes() -> dict[str, int]:
+    """Lines of every module of memd and its client, by path."""
+    sizes = {}
+    for path in sorted([*(ROOT / "memd").rglob("*.py"), *(ROOT / "client").rglob("*.py")]):
+        with path.open("rb") as f:
+            sizes[str(path.relative_to(ROOT))] = sum(1 for _ in f)
+    return sizes
+
+
+def test_the_size_rule() -> None:
+    """No module over 500 lines and at most five over 400: a module that grows past them has
+    more than one job, and is split by what it does (docs/architecture.md)."""
+    sizes = _module_sizes()
+    assert sizes["memd/service.py"] > 0 and "client/memd_client/connection.py" in sizes
+    over_500 = {name: n for name, n in sizes.items() if n > 500}
+    over_400 = {name: n for name, n in sizes.items() if n > 400}
+    assert over_500 == {}, f"over 500 lines: {over_500}"
+    assert len(over_400) <= 5, f"{len(over_400)} modules over 400 lines (at most 5): {over_400}"
+
+
 def test_long_modules_say_why() -> None:
     """A module over 400 lines says in its docstring why it is one module ("Over 400 lines:")."""
     quiet = []
