@@ -1,6 +1,6 @@
 """Keyword top k on one built index, every way memd could rank it, side by side.
 
-The ways, each asked the same LoCoMo questions (as memd.search.keyword_match turns them into
+The ways, each asked the same LoCoMo questions (as memd.search.keyword.keyword_match turns them into
 MATCH expressions), taken in turn question by question so that the machine's weather falls on
 all alike, in-process (the ranking alone, not the socket):
 

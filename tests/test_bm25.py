@@ -181,7 +181,7 @@ def rich(syncer: Syncer, write: WriteFile) -> Index:
 
 
 def queries(rng: random.Random, n: int) -> list[str]:
-    """MATCH expressions as memd.search.keyword_match builds them, and odder ones."""
+    """MATCH expressions as memd.search.keyword.keyword_match builds them, and odder ones."""
     vocabulary = [*COMMON, "caroline", *TOPICS, *RARE, "notes", "topic3", "md", "absent"]
     out = []
     for _ in range(n):

@@ -73,7 +73,7 @@ class SearchConfig:
     mode: SearchMode = "hybrid"
     max_results: int = 6
     min_score: float = 0.35
-    # The weights of the two halves of a hybrid score (memd.search._merge). OpenClaw's
+    # The weights of the two halves of a hybrid score (memd.search.fusion._merge). OpenClaw's
     # 0.7 vector / 0.3 text ranked below keyword-only search on LoCoMo; keyword 0.7 with the
     # line-aware vector half 0.3 was best on the tuning conversations and held on the others
     # (docs/benchmarks.md).

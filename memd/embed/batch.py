@@ -41,7 +41,7 @@ FINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 
 
 class BatchSource(Protocol):
-    """What the Batch API needs of an embedder (memd/embed/remote.py OpenAIEmbedder)."""
+    """What the Batch API needs of an embedder (memd/embed/providers.py OpenAIEmbedder)."""
 
     provider: str
     dims: int

@@ -10,7 +10,7 @@ once in that 1%: otherwise 250 copies of four texts filled it, and the best text
 among them for one question in five.
 
 The copy follows the file through ``vector_log``: every vector written or deleted adds a row in
-the same transaction (memd/index/store.py), and before a search the sketch applies the rows
+the same transaction (memd/index/vector_table.py), and before a search the sketch applies the rows
 past the last one it saw, in the snapshot the search reads. A rollback takes its rows with it;
 a crash loses nothing the file kept; a rebuilt file (a new Index epoch) starts a new sketch. The
 projection is computed when the sketch is first loaded and kept while it lives: vectors
