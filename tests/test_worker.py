@@ -6,11 +6,12 @@ import threading
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from memd.embed.base import Kind, Preempted, Vectors
 from memd.embed.fake import EmbedFailure, FakeEmbedder
-from memd.embed.queued import EmbeddingQueue, QueuedEmbedder
+from memd.embed.queued import RECENT_QUERIES, EmbeddingQueue, QueuedEmbedder
 
 
 class Recording(FakeEmbedder):
@@ -183,3 +184,44 @@ def test_a_query_stops_a_document_job_once_at_most() -> None:
         inner.release.set()
         worker.stop()
     assert worker.preempted == 1 and inner.document_runs == 2
+
+
+class CountingQueries(FakeEmbedder):
+    def __init__(self) -> None:
+        super().__init__(dims=8)
+        self.queries: list[str] = []
+
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        if kind == "query":
+            self.queries.extend(texts)
+        return super().embed_batch(texts, kind=kind)
+
+
+def test_a_repeated_query_is_embedded_once_and_the_kept_ones_are_bounded() -> None:
+    inner = CountingQueries()
+    wrapped = QueuedEmbedder(inner)
+    try:
+        first = wrapped.embed_query("where is the spare key")
+        again = wrapped.embed_query("where is the spare key")
+        assert inner.queries == ["where is the spare key"]
+        assert np.array_equal(first, again) and not again.flags.writeable  # shared: read-only
+        assert wrapped.start_query("where is the spare key").done()  # no wait, no queue
+        wrapped.embed_query("who fed the cat")
+        assert inner.queries == ["where is the spare key", "who fed the cat"]
+
+        inner.fail = True  # a failure is not kept: the next ask embeds
+        with pytest.raises(EmbedFailure):
+            wrapped.embed_query("a question the model fails")
+        inner.fail = False
+        wrapped.embed_query("a question the model fails")
+        assert inner.queries.count("a question the model fails") == 2
+
+        for i in range(RECENT_QUERIES):  # the oldest falls out
+            wrapped.embed_query(f"question {i}")
+        asked = len(inner.queries)
+        wrapped.embed_query(f"question {RECENT_QUERIES - 1}")
+        assert len(inner.queries) == asked
+        wrapped.embed_query("who fed the cat")
+        assert len(inner.queries) == asked + 1
+    finally:
+        wrapped.close()

@@ -1,6 +1,7 @@
 """The embedding queue: one thread that owns an embedder; query embeddings jump ahead of queued
-document batches. (The model worker, the process that runs a local model, is memd/embed/process.py
-and memd/embed/host.py.)"""
+document batches, and the vectors of recent queries are kept (agents repeat their searches).
+(The model worker, the process that runs a local model, is memd/embed/process.py and
+memd/embed/host.py.)"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import itertools
 import logging
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -22,6 +24,9 @@ __all__ = ["EmbeddingQueue", "QueuedEmbedder"]
 logger = logging.getLogger(__name__)
 
 _PRIORITY = {"query": 0, "document": 1}
+
+RECENT_QUERIES = 256
+"""Query vectors kept, most recently used first out last: 256 × 384 floats is 400 KB."""
 
 
 @dataclass(order=True)
@@ -175,6 +180,10 @@ class QueuedEmbedder(Embedder):
     run in parallel and whose queries never wait for documents) is called directly instead.
     With ``query_timeout``, a search waits at most that many seconds for its query's vector (a
     provider that hangs, a document batch stuck ahead of it), then gets ProviderUnavailable.
+
+    The vectors of the last ``RECENT_QUERIES`` distinct query texts are kept, read-only: the
+    same text asked again costs no embedding (one embedder, one identity: a new model is a new
+    QueuedEmbedder). A failed embedding is not kept.
     """
 
     def __init__(self, inner: Embedder, *, query_timeout: float | None = None) -> None:
@@ -189,6 +198,8 @@ class QueuedEmbedder(Embedder):
         self.kind = inner.kind
         self.step_chars = inner.step_chars
         self.query_timeout = query_timeout
+        self._recent: OrderedDict[str, Vectors] = OrderedDict()
+        self._recent_lock = threading.Lock()
 
     def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
         if self.own_threads:
@@ -202,6 +213,30 @@ class QueuedEmbedder(Embedder):
         return self.start_query(text).result()
 
     def start_query(self, text: str) -> Future[Vectors]:
+        with self._recent_lock:
+            known = self._recent.get(text)
+            if known is not None:
+                self._recent.move_to_end(text)
+        if known is not None:
+            ready: Future[Vectors] = Future()
+            ready.set_result(known)
+            return ready
+        future = self._embed_query(text)
+        future.add_done_callback(lambda done: self._remember(text, done))
+        return future
+
+    def _remember(self, text: str, done: Future[Vectors]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        vector = done.result()
+        vector.setflags(write=False)  # shared by every search that asks the same
+        with self._recent_lock:
+            self._recent[text] = vector
+            self._recent.move_to_end(text)
+            while len(self._recent) > RECENT_QUERIES:
+                self._recent.popitem(last=False)
+
+    def _embed_query(self, text: str) -> Future[Vectors]:
         if self.own_threads:  # a thread of its queries' own, never behind documents
             return _with_deadline(self.inner.start_query(text), self.query_timeout, self.provider)
         future = _QueryVector(self.query_timeout, self.provider)
