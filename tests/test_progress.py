@@ -157,3 +157,35 @@ def test_search_notes_say_why_a_reply_is_not_fresh() -> None:
     assert notes(unembedded_files=2) == ["note: vectors of 2 files are still being made"]
     assert notes(skipped_files=1) == ["note: 1 files are not indexed (memctl status says why)"]
     assert list(display.search_notes({"results": [{}], "freshness": {"fresh": True}})) == []
+
+
+def test_the_eta_counts_texts_so_a_long_file_does_not_stall_it(tmp_path: Path) -> None:
+    """A file's chunks are stored once all its texts are embedded: counted by chunks stored,
+    one long file gave no rate (and no ETA) for as long as it took. Counted by texts, the
+    rate and the ETA come with the first batch, and the total stays put while nothing
+    changes on disk."""
+    ws = tmp_path / "long"
+    (ws / "memory").mkdir(parents=True)
+    sections = [
+        f"## Week {i}\n\n" + "\n".join(f"- item {i}.{j}: the {i * j} plan" for j in range(12))
+        for i in range(40)
+    ]
+    (ws / "memory" / "2026-01-01.md").write_text("\n\n".join(sections) + "\n")
+    with running_daemon(embedder=SlowEmbedder(0.05)) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+            c.workspace_add(str(ws), name="long")
+
+            def mid_file() -> dict[str, object] | None:
+                p = c.status("long")["workspaces"][0]["progress"]
+                if p and p.get("kind") == "embed" and p.get("texts_done"):
+                    return p
+                return None
+
+            first = wait_for(mid_file, "texts embedded inside the one file")
+            assert first["chunks_done"] == 0 and first["files_total"] == 1
+            total = first["texts_total"]
+            assert 0 < first["texts_done"] < total  # type: ignore[operator]
+            assert first["eta_s"] is not None and first["eta_s"] > 0  # type: ignore[operator]
+            later = wait_for(mid_file, "a later look at the same file")
+            assert later["texts_total"] == total, "the total climbed with nothing new on disk"
+            wait_for(lambda: c.status("long")["workspaces"][0]["files_pending"] == 0, "done")

@@ -70,6 +70,8 @@ class PendingEmbedding(ChunkEmbedding):
             base = act.files_done if act.phase == "embed" else 0
             files_total = base + counts["pending_files"]
             chunks_total = act.chunks_done + counts["chunks"] - counts["embedded_chunks"]
+            if act.phase != "embed" or chunks_total != act.chunks_total:
+                act.texts_left(self._texts_needed(store))  # a start, or new files pending
             act.embedding(base, files_total, chunks_total)
         # An embedder that takes large requests in parallel (a remote API) gets the missing
         # texts of many files in one call; the files are then stored from the cache.
@@ -80,6 +82,7 @@ class PendingEmbedding(ChunkEmbedding):
             if progress:
                 progress("embed", n, len(paths))
             todo = store.unembedded(path)
+            embedded = report.embedded
             try:
                 if waved and n == 1:
                     budget = max(max_chars or 0, e.step_chars)
@@ -94,6 +97,8 @@ class PendingEmbedding(ChunkEmbedding):
                         unusable = exc  # the files without those texts are stored all the same
                 hits = SyncReport() if path in gathered else report
                 vectors = self._chunk_vectors(e, todo, hits, embed=not waved, max_chars=max_chars)
+                if act is not None:
+                    act.texts_done += report.embedded - embedded
                 if unusable and len(vectors) < len(todo):
                     if not unusable.hashes.isdisjoint(self._texts_of(todo)):
                         raise unusable
@@ -264,6 +269,16 @@ class PendingEmbedding(ChunkEmbedding):
             b.submit(texts)
         except MemdError as exc:
             logger.warning("the Batch API refused the texts of %s (%s): sent live", self.root, exc)
+
+    def _texts_needed(self, store: Store) -> int:
+        """How many texts the pending files of ``store`` still need from the model: those of
+        their chunks (and lines) the embedding cache lacks."""
+        if self.cache is not None and self.embedder is not None:
+            return len(self._missing_texts(store))
+        texts: dict[str, str] = {}
+        for path in store.pending_paths():
+            texts.update(self._texts_of(store.unembedded(path)))
+        return len(texts)
 
     def _missing_texts(self, store: Store) -> dict[str, str]:
         """hash -> text of every text (chunk or line) the pending files of ``store`` still

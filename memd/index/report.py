@@ -18,7 +18,11 @@ Progress = Callable[[str, int, int], None]
 class Activity:
     """The pass a syncer is in, for status and progress bars: ``kind`` is "index" (files read
     into keyword rows), "embed" (the embedding backlog of the live index) or "rebuild" (a new
-    index built beside the live one); ``phase`` is "scan" or "embed" within it."""
+    index built beside the live one); ``phase`` is "scan" or "embed" within it.
+
+    The rate and the ETA count the texts the model embeds (``texts_done`` of ``texts_total``,
+    those the embedding cache lacks) as each is embedded. Counted by files stored, a long file
+    held the count still for many steps and the ETA climbed until it was stored."""
 
     kind: str
     phase: str = "scan"
@@ -26,6 +30,8 @@ class Activity:
     files_total: int = 0
     chunks_done: int = 0
     chunks_total: int = 0
+    texts_done: int = 0
+    texts_total: int = 0
     started: float = field(default_factory=time.monotonic)
     embed_started: float | None = None
 
@@ -39,14 +45,25 @@ class Activity:
         if chunks_total is not None:
             self.chunks_total = chunks_total
 
+    def texts_left(self, left: int) -> None:
+        """The model has ``left`` texts still to embed, from now on."""
+        self.texts_total = self.texts_done + left
+
     def to_dict(self) -> dict[str, Any]:
-        """The activity as status reports it: counts, chunks per second and an ETA (seconds;
-        None until a rate is known)."""
+        """The activity as status reports it: counts, chunks and texts per second and an ETA
+        (seconds; None until a rate is known)."""
         now = time.monotonic()
-        rate = None
-        if self.embed_started is not None and self.chunks_done:
-            rate = self.chunks_done / max(now - self.embed_started, 1e-3)
-        left = max(self.chunks_total - self.chunks_done, 0)
+        spent = max(now - self.embed_started, 1e-3) if self.embed_started is not None else 0.0
+        rate = eta = text_rate = None
+        if spent and self.texts_total and self.texts_done:
+            # the pace in chunks, from the texts: a long file's chunks count only once all of
+            # its texts are in
+            text_rate = self.texts_done / spent
+            rate = text_rate * max(self.chunks_total, 1) / self.texts_total
+            eta = max(self.texts_total - self.texts_done, 0) / text_rate
+        elif spent and self.chunks_done:  # nothing for the model: the vectors come from cache
+            rate = self.chunks_done / spent
+            eta = max(self.chunks_total - self.chunks_done, 0) / rate
         return {
             "kind": self.kind,
             "phase": self.phase,
@@ -55,7 +72,10 @@ class Activity:
             "chunks_done": self.chunks_done,
             "chunks_total": self.chunks_total,
             "chunks_per_s": round(rate, 2) if rate else None,
-            "eta_s": round(left / rate, 1) if rate and self.phase == "embed" else None,
+            "texts_done": self.texts_done,
+            "texts_total": self.texts_total,
+            "texts_per_s": round(text_rate, 2) if text_rate else None,
+            "eta_s": round(eta, 1) if eta is not None and self.phase == "embed" else None,
             "elapsed_s": round(now - self.started, 1),
         }
 
