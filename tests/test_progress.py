@@ -189,3 +189,29 @@ def test_the_eta_counts_texts_so_a_long_file_does_not_stall_it(tmp_path: Path) -
             later = wait_for(mid_file, "a later look at the same file")
             assert later["texts_total"] == total, "the total climbed with nothing new on disk"
             wait_for(lambda: c.status("long")["workspaces"][0]["files_pending"] == 0, "done")
+
+
+def test_the_workspace_a_search_waits_on_embeds_before_the_others(tmp_path: Path) -> None:
+    """Two workspaces with a backlog: a search that waits for the vectors of one has that
+    one's steps go first; taken in turn, the other's backlog would move as fast meanwhile."""
+    big = _workspace(tmp_path / "big", files=200)
+    small = _workspace(tmp_path / "small", files=20)
+    with running_daemon(embedder=SlowEmbedder(0.03)) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+
+            def pending(name: str) -> int:
+                return int(c.status(name)["workspaces"][0]["files_pending"])
+
+            def under_way() -> bool:
+                ws = c.status("big")["workspaces"][0]
+                return ws["files_indexed"] == 200 and 0 < ws["files_pending"] < 190
+
+            c.workspace_add(str(big), name="big")
+            wait_for(under_way, "the big one all read, its embedding under way")
+            c.workspace_add(str(small), name="small")
+            big_before = pending("big")
+            reply = c.search("small", "the budget plan", mode="hybrid", wait_ms=60_000)
+            big_after = pending("big")
+            assert pending("small") == 0 and reply["freshness"]["fresh"] is True
+            # in turn, about 20 of the big one's files would have been embedded meanwhile
+            assert big_before - big_after <= 4, (big_before, big_after)

@@ -841,3 +841,37 @@ def test_a_file_named_star_is_indexed_as_a_file_not_taken_for_a_rescan(
     report = syncer.sync(paths=Changes.of(["memory/*.md"]))
     assert (report.scanned, report.indexed) == (1, 1)
     assert {row[0] for row in dump(index)} == {"MEMORY.md", "memory/*.md"}
+
+
+def test_the_newest_text_is_embedded_first(
+    syncer: Syncer, fake: FakeEmbedder, write: WriteFile, index: Index
+) -> None:
+    """The embedding backlog goes most recently changed file first, whatever the names say
+    (an old log edited today goes before last week's)."""
+    day = 86_400
+    now = time.time()
+    for rel, age in (
+        ("memory/2026-01-01.md", 30),
+        ("memory/2026-01-02.md", 0),
+        ("memory/2026-01-03.md", 7),
+        ("MEMORY.md", 2),
+    ):
+        path = write(rel, f"what happened in {rel}: the plan moved\n")
+        os.utime(path, (now - age * day, now - age * day))
+    fake.fail = True  # keyword rows now, every vector pending
+    syncer.sync()
+    fake.fail = False
+    syncer.reset_backoff()
+    order = []
+    for _ in range(4):
+        with index.reader() as store:
+            before = set(store.pending_paths())
+        syncer.embed_pending(max_files=1)
+        with index.reader() as store:
+            order.extend(before - set(store.pending_paths()))
+    assert order == [
+        "memory/2026-01-02.md",
+        "MEMORY.md",
+        "memory/2026-01-03.md",
+        "memory/2026-01-01.md",
+    ]

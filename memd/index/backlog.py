@@ -108,6 +108,8 @@ class PendingEmbedding(ChunkEmbedding):
                 report.errors.append((path, f"embedding failed: {self.status.last_error}"))
                 with contextlib.suppress(apsw.Error), atomic(store.conn):
                     store.set_file_error(path, self.status.last_error)
+                if isinstance(exc, BadTexts):
+                    continue  # these texts, not the provider: the other files go on
                 return  # the provider is down; later files would fail the same way
             if len(vectors) < len(todo):
                 if held and not held.isdisjoint(self._texts_of(todo)):

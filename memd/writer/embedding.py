@@ -1,7 +1,7 @@
 """The writer's embedding steps: between jobs, when no sync is queued, the writer thread embeds
 a step of the pending text (EMBED_STEP_CHARS) of one workspace after the other, so a long
 embedding backlog never holds up a write that someone waits for; read-your-writes waits for
-the vectors step by step.
+the vectors step by step, and a workspace a search waits on goes before the others.
 
 Its own module: the work the writer does when no job waits, apart from the jobs themselves.
 """
@@ -42,23 +42,32 @@ class EmbeddingSteps:
     _progress: threading.Condition
     _steps: int
     _embed_cursor: int
+    _wanted: dict[str, int]  # workspace name -> searches waiting for its vectors
 
     def wait_embedded(self, ws: Workspace, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until no file of ``ws`` lacks vectors; False when some
         still does (the time ran out, or nothing embeds now: no provider, a failure's backoff,
         a rebuild)."""
         deadline = time.monotonic() + timeout
-        while True:
+        with self._progress:
+            self._wanted[ws.name] = self._wanted.get(ws.name, 0) + 1
+        try:
+            while True:
+                with self._progress:
+                    seen = self._steps
+                if not ws.syncer.has_pending():
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._may_embed(ws) or self._stopping.is_set():
+                    return False
+                with self._progress:
+                    if self._steps == seen:
+                        self._progress.wait(left)
+        finally:
             with self._progress:
-                seen = self._steps
-            if not ws.syncer.has_pending():
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._may_embed(ws) or self._stopping.is_set():
-                return False
-            with self._progress:
-                if self._steps == seen:
-                    self._progress.wait(left)
+                self._wanted[ws.name] -= 1
+                if not self._wanted[ws.name]:
+                    del self._wanted[ws.name]
 
     def _stepped(self) -> None:
         with self._progress:
@@ -82,13 +91,20 @@ class EmbeddingSteps:
         return any(self._may_embed(ws) for ws in self.workspaces.all())
 
     def _embed_one(self) -> None:
-        """Embed one pending file of one workspace (round-robin), if any."""
+        """Embed one step of one workspace, if any: one a search waits on first, else the
+        next in turn (round-robin)."""
         workspaces = self.workspaces.all()
+        with self._progress:
+            wanted = set(self._wanted)
+        first = [ws for ws in workspaces if ws.name in wanted and self._may_embed(ws)]
         for i in range(len(workspaces)):
-            ws = workspaces[(self._embed_cursor + i) % len(workspaces)]
-            if not self._may_embed(ws):
-                continue
-            self._embed_cursor = (self._embed_cursor + i + 1) % len(workspaces)
+            if first:
+                ws = first[0]
+            else:
+                ws = workspaces[(self._embed_cursor + i) % len(workspaces)]
+                if not self._may_embed(ws):
+                    continue
+                self._embed_cursor = (self._embed_cursor + i + 1) % len(workspaces)
             # An embedder with a step of its own (a remote API: one wave of parallel requests)
             # takes the texts of as many files as the step holds.
             step = ws.syncer.embedder.step_chars if ws.syncer.embedder else 0

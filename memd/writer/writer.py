@@ -67,6 +67,7 @@ class Writer(StateQueries, EmbeddingSteps, Rebuilds):
         self._abandon = threading.Event()  # rebuilds stop at their next step (memd stops)
         self._thread = threading.Thread(target=self._run, name="memd-writer", daemon=True)
         self._embed_cursor = 0
+        self._wanted: dict[str, int] = {}
         self.jobs_done = 0
         # Notified after every job and embedding step (read-your-writes waits for vectors).
         self._progress = threading.Condition()
