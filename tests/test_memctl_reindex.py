@@ -46,10 +46,14 @@ def test_ctrl_c_stops_waiting_and_the_rebuild_goes_on(tmp_path: Path) -> None:
     with running_daemon(embedder=embedder) as daemon:
         with memd_client.connect(daemon.socket_path) as c:
             c.workspace_add(ws, name="agent")
+        # Python leaves SIGINT ignored when it starts with it ignored, as every command a
+        # non-interactive shell puts in the background does (and its children): memctl then
+        # never sees the Ctrl-C. The user's terminal delivers it; here the child asks for it.
         memctl = subprocess.Popen(
             [
                 sys.executable,
                 "-c",
+                "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
                 "from memd.ctl.memctl import main; main()",
                 "--socket",
                 str(daemon.socket_path),
@@ -69,9 +73,14 @@ def test_ctrl_c_stops_waiting_and_the_rebuild_goes_on(tmp_path: Path) -> None:
                 progress = status["workspaces"][0].get("progress") or {}
                 return status["daemon"]["connections"] >= 2 and progress.get("kind") == "rebuild"
 
-            wait_for(waiting, "memctl to wait for the rebuild")
-            memctl.send_signal(signal.SIGINT)
-            out, err = memctl.communicate(timeout=60)
+            try:
+                wait_for(waiting, "memctl to wait for the rebuild")
+                memctl.send_signal(signal.SIGINT)
+                out, err = memctl.communicate(timeout=60)
+            finally:
+                if memctl.poll() is None:  # no process outlives the test
+                    memctl.kill()
+                    memctl.communicate()
             assert memctl.returncode == 130, err
             assert "Aborted!" not in err
             assert "memd goes on with the reindex" in err and "memctl status" in err
