@@ -490,6 +490,22 @@ def test_transcripts_reach_memory_md_through_the_session_corpus(tmp_path: Path) 
     assert corpus.read_text().count(said) == 1
 
 
+def test_a_transcript_message_falls_on_the_users_day_with_no_zone_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``timezone`` set: the machine's zone decides the day, for transcripts as for the
+    daily logs (a message at 20:00 UTC is the next morning in Tokyo)."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    root = tmp_path / "ws"
+    root.mkdir()
+    said = "User: the offsite moved to the harbour hotel, remember that."
+    chat = _transcript("s1.jsonl", [(20, said), (21, "Assistant: Noted.")])
+    now = dt.datetime(2026, 11, 30, 3, tzinfo=UTC)
+    run_dream(root, DreamOptions(apply=True), transcripts=lambda: [chat], clock=Clock.at(now))
+    corpus = root / "memory" / ".dreams" / "session-corpus"
+    assert sorted(p.name for p in corpus.iterdir()) == ["2026-11-30.txt"]  # not 11-29 (UTC)
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 def test_diary_trim_keeps_a_human_edit_made_while_it_rewrites(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -179,7 +179,7 @@ def run_dream(
     place = DreamPlace(root, folder) if folder is not None else DreamPlace.inside(root)
     clock = clock or Clock()
     now = clock.now()
-    tz = clock.zone if clock.timezone else None  # transcripts' days are UTC's when unset
+    tz = clock.zone  # a transcript's message falls on the user's day, as the daily logs do
     local = clock.local(now)
     today = local.date().isoformat()
     stamp = iso_time(now)
@@ -298,7 +298,7 @@ def run_dream(
         if options.redact:
             result = redacted(result, redact_secrets)
         if apply:
-            title = local.strftime("%Y-%m-%d %H:%M") + (f" ({clock.timezone})" if tz else "")
+            title = local.strftime("%Y-%m-%d %H:%M") + (f" ({clock.timezone})" if clock.timezone else "")
             lines = diary_lines(result)
             if options.redact:  # snippets are; theme names and the rest are words of notes too
                 lines = [redact_secrets(line) for line in lines]
