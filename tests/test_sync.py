@@ -847,7 +847,8 @@ def test_the_newest_text_is_embedded_first(
     syncer: Syncer, fake: FakeEmbedder, write: WriteFile, index: Index
 ) -> None:
     """The embedding backlog goes most recently changed file first, whatever the names say
-    (an old log edited today goes before last week's)."""
+    (an old log edited today goes before last week's), and files whose embedding failed go
+    after the others. A failure stops a pass once a second file in a row fails too."""
     day = 86_400
     now = time.time()
     for rel, age in (
@@ -860,9 +861,12 @@ def test_the_newest_text_is_embedded_first(
         os.utime(path, (now - age * day, now - age * day))
     fake.fail = True  # keyword rows now, every vector pending
     syncer.sync()
+    with index.reader() as store:
+        failed = {p for p in store.pending_paths() if store.file(p).error}  # type: ignore[union-attr]
+    assert failed == {"memory/2026-01-02.md", "MEMORY.md"}  # the newest two, then it stopped
     fake.fail = False
     syncer.reset_backoff()
-    order = []
+    order: list[str] = []
     for _ in range(4):
         with index.reader() as store:
             before = set(store.pending_paths())
@@ -870,8 +874,8 @@ def test_the_newest_text_is_embedded_first(
         with index.reader() as store:
             order.extend(before - set(store.pending_paths()))
     assert order == [
-        "memory/2026-01-02.md",
-        "MEMORY.md",
         "memory/2026-01-03.md",
         "memory/2026-01-01.md",
+        "memory/2026-01-02.md",
+        "MEMORY.md",
     ]

@@ -77,6 +77,7 @@ class PendingEmbedding(ChunkEmbedding):
         # texts of many files in one call; the files are then stored from the cache.
         waved = bool(e.step_chars and self.cache is not None and paths)
         gathered: set[str] = set()  # files the wave counted the cache hits of
+        failed_in_a_row = 0
         unusable: BadTexts | None = None  # texts the wave got bad vectors for
         for n, path in enumerate(paths, 1):
             if progress:
@@ -108,8 +109,11 @@ class PendingEmbedding(ChunkEmbedding):
                 report.errors.append((path, f"embedding failed: {self.status.last_error}"))
                 with contextlib.suppress(apsw.Error), atomic(store.conn):
                     store.set_file_error(path, self.status.last_error)
-                if isinstance(exc, BadTexts):
-                    continue  # these texts, not the provider: the other files go on
+                failed_in_a_row += 1
+                if isinstance(exc, BadTexts) or (failed_in_a_row == 1 and n < len(paths)):
+                    # These texts, or maybe this file: the next file says whether the provider
+                    # is down (a model that fails one word fails that file alone).
+                    continue
                 return  # the provider is down; later files would fail the same way
             if len(vectors) < len(todo):
                 if held and not held.isdisjoint(self._texts_of(todo)):
@@ -136,6 +140,7 @@ class PendingEmbedding(ChunkEmbedding):
                 report.errors.append((path, self.status.last_error or ""))
                 return
             self.reset_backoff()
+            failed_in_a_row = 0
             if waved and n >= WAVE_STORES:
                 return  # the writer's other jobs get their turn; the rest waits in the cache
 

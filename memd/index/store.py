@@ -366,10 +366,11 @@ class Store(IndexMeta, StoreAudit):
         return int(row[0]) if row else 0
 
     def pending_paths(self, limit: int | None = None) -> list[str]:
-        """Files still lacking vectors, the most recently changed first: what a person wrote
-        last is what an agent asks about next."""
+        """Files still lacking vectors, the most recently changed first (what a person wrote
+        last is what an agent asks about next), those whose embedding failed last."""
         rows = self.conn.execute(
-            "SELECT path FROM files WHERE pending > 0 ORDER BY mtime_ns DESC, path DESC LIMIT ?",
+            "SELECT path FROM files WHERE pending > 0"
+            " ORDER BY error IS NOT NULL, mtime_ns DESC, path DESC LIMIT ?",
             (-1 if limit is None else limit,),
         )
         return [str(r[0]) for r in rows]
