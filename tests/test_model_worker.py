@@ -118,7 +118,10 @@ def test_an_idle_worker_gives_back_what_long_documents_grew(tmp_path: Path) -> N
         deadline = time.monotonic() + IDLE_SHRINK_S + 15
         while _rss_mb(pid) > loaded + 60 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _rss_mb(pid) <= loaded + 60, f"{grown:.0f} MB grown, {_rss_mb(pid):.0f} MB idle"
+        idle = _rss_mb(pid)
+        assert idle <= loaded + 60, f"{grown:.0f} MB grown, {idle:.0f} MB idle"
+        # the context's buffer and the model file's pages given back: about 200 MB here
+        assert idle < 300, f"{idle:.0f} MB idle"
         assert e.embed_batch(["where did we go hiking"], kind="query").shape == (1, 384)
         assert e.health()["pid"] == pid, "the worker restarted instead of shrinking"
     finally:

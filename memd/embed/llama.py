@@ -16,7 +16,10 @@ shrunk. ``Llama()`` reserves it for ``n_seq_max`` outputs at load, and sets ``n_
 for embeddings: 245 MiB with e5 before the first text. Two things keep it small: at most
 ``MAX_SEQUENCES`` texts go into one decode (the load reserves 8 rows), and ``shrink()`` gives a
 grown buffer back by replacing the context (milliseconds; the model stays loaded), which the
-worker calls once it has been idle a moment. While documents embed, the buffer still grows to
+worker calls once it has been idle a moment. ``shrink()`` also drops the model file's pages
+from the process (Linux): the load reads them all, but a decode touches only the rows of the
+tokens it embeds (most of e5's file is its 250k-row token table), and what it touches comes
+back from the page cache. While documents embed, the buffer still grows to
 the tokens of the largest decode (up to ``max_tokens``): llama-cpp-python has no parameter that
 turns the logits part off.
 """
@@ -290,6 +293,7 @@ class LlamaEmbedder(Embedder):
             old.close()  # idempotent: the Llama's own exit stack closes it again at the end
             if self._abort is not None:
                 llama_cpp.llama_set_abort_callback(fresh.ctx, self._abort, None)
+            _drop_mapped_pages(self.path)
 
     def close(self) -> None:
         with self._lock:
@@ -299,6 +303,28 @@ class LlamaEmbedder(Embedder):
 
     def describe(self) -> str:
         return f"local:{self.path.name} ({self.dims} dims)"
+
+
+def _drop_mapped_pages(path: Path) -> None:
+    """Let go of this process's resident pages of ``path``'s read-only mappings (llama.cpp maps
+    the model file); they are read again, from the page cache, when touched. Linux only: a
+    no-op elsewhere, and on any error."""
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        return
+    import ctypes
+
+    try:
+        target = str(path.resolve())
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        for line in maps.read_text().splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5] == target and "w" not in fields[1]:
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                libc.madvise(start, end - start, 4)  # MADV_DONTNEED
+    except (OSError, ValueError, AttributeError) as exc:
+        logger.debug("could not drop the pages of %s: %s", path.name, exc)
 
 
 @contextlib.contextmanager
