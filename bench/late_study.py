@@ -25,7 +25,7 @@ The model's outputs are computed once and kept in ``--store`` (a pickle); later 
 index and search. Run with::
 
     PYTHONPATH=.:client python bench/late_study.py --model MODEL.gguf \\
-        --store /tmp/late-minilm.pickle --json bench/results/late-study-MODEL.json
+        --store late-minilm.pickle --json bench/results/late-study-MODEL.json
 """
 
 from __future__ import annotations
