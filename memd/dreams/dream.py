@@ -298,7 +298,9 @@ def run_dream(
         if options.redact:
             result = redacted(result, redact_secrets)
         if apply:
-            title = local.strftime("%Y-%m-%d %H:%M") + (f" ({clock.timezone})" if clock.timezone else "")
+            title = local.strftime("%Y-%m-%d %H:%M") + (
+                f" ({clock.timezone})" if clock.timezone else ""
+            )
             lines = diary_lines(result)
             if options.redact:  # snippets are; theme names and the rest are words of notes too
                 lines = [redact_secrets(line) for line in lines]
