@@ -149,9 +149,11 @@ def _deep(
             said.append(c.entry)
     held: list[dict[str, Any]] = []
     for c, reason in scored:
-        if c in chosen or said_already(c):
+        # The cheap test first: past the few shown, only watched keys are compared with what
+        # is said (each comparison reads two snippets' words; a store holds thousands).
+        if c in chosen or not (len(held) < HELD_BACK_SHOWN or c.entry.key in watch):
             continue
-        if len(held) < HELD_BACK_SHOWN or c.entry.key in watch:
+        if not said_already(c):
             held.append(
                 {
                     "key": c.entry.key,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -144,6 +145,10 @@ class Meaning:
             return
         self._vectors.update(zip(todo, vectors, strict=True))
 
+    def vector(self, text: str) -> np.ndarray | None:
+        """The vector fetched for ``text`` (None if it has none)."""
+        return self._vectors.get(text)
+
     def cosine(self, a: str, b: str) -> float | None:
         va, vb = self._vectors.get(a), self._vectors.get(b)
         if va is None or vb is None or va.shape != vb.shape:
@@ -223,26 +228,119 @@ def dedupe(
     """Merge, in order, each entry into the first group whose first entry it matches: words
     at least ``threshold`` alike, or (with ``meaning``) a cosine at least its threshold.
     Unlike OpenClaw, entries of different notes merge too: the same claim written on three
-    days is one claim written three times."""
+    days is one claim written three times.
+
+    Comparing each entry with every group made a run over a few thousand recalled snippets
+    take tens of seconds on the writer's thread (appends waited behind it). The same
+    decisions are reached by comparing only with the groups that could match: by words, the
+    groups whose first entry shares a token of the entry's prefix (``_WordIndex``); by
+    meaning, those whose cosine, computed for all groups in one product, is near the
+    threshold or above. Each candidate is then decided exactly as before."""
     texts = {e.key: (meaning.texts if meaning else {}).get(e.key) or e.snippet for e in entries}
     if meaning is not None:
         meaning.load(texts.values())
+    words = _WordIndex([e.snippet for e in entries], threshold)
+    vectors = _VectorIndex(meaning) if meaning is not None else None
     groups: list[Group] = []
-    for entry in entries:
-        home: Group | None = None
+    for i, entry in enumerate(entries):
+        home = words.first_match(i)  # an index into groups, or None
         by_meaning = False
-        for group in groups:
-            first = group.members[0]
-            if text_similarity(first.snippet, entry.snippet) >= threshold:
-                home = group
-                break
-            if meaning is not None and meaning.same(texts[first.key], texts[entry.key]):
-                home, by_meaning = group, True
-                break
+        if meaning is not None and vectors is not None:
+            before = len(groups) if home is None else home
+            for g in vectors.above(texts[entry.key], before):
+                if meaning.same(texts[groups[g].members[0].key], texts[entry.key]):
+                    home, by_meaning = g, True
+                    break
         if home is None:
+            words.add_group(i)
+            if vectors is not None:
+                vectors.add_group(texts[entry.key])
             groups.append(Group(entry, [entry]))
             continue
-        home.entry = _merge(home.entry, entry)
-        home.members.append(entry)
-        home.by_meaning += by_meaning
+        group = groups[home]
+        group.entry = _merge(group.entry, entry)
+        group.members.append(entry)
+        group.by_meaning += by_meaning
     return groups
+
+
+class _WordIndex:
+    """The groups a snippet's words could match (``text_similarity`` at least ``threshold``),
+    found by prefix filtering: with every token set in one order (rarest first), two sets
+    whose Jaccard similarity reaches t share a token among the first |X| - ceil(t·|X|) + 1 of
+    each. Only the groups' first entries are indexed, as only they are compared."""
+
+    def __init__(self, snippets: Sequence[str], threshold: float) -> None:
+        self.snippets = snippets
+        self.threshold = threshold
+        self.tokens = [mmr_tokens(s) for s in snippets]
+        counts: dict[str, int] = {}
+        for tokens in self.tokens:
+            for t in tokens:
+                counts[t] = counts.get(t, 0) + 1
+        self.rank = {t: (n, t) for t, n in counts.items()}
+        self.postings: dict[str, list[int]] = {}  # token -> groups whose prefix holds it
+        self.firsts: list[int] = []  # group -> the entry that founded it
+        self.blank: dict[str, int] = {}  # a token-less snippet, lowered -> its first group
+
+    def _prefix(self, i: int) -> list[str]:
+        tokens = sorted(self.tokens[i], key=self.rank.__getitem__)
+        # Overlap needed is at least ceil(t·|X|); the small allowance keeps a product that
+        # lands a hair above an integer from shortening the prefix (a longer one is safe).
+        needed = max(0, math.floor(self.threshold * len(tokens) - 1e-9))
+        return tokens[: len(tokens) - needed + 1]
+
+    def first_match(self, i: int) -> int | None:
+        """The first group whose founding snippet is ``threshold`` alike to entry ``i``'s."""
+        if self.threshold <= 0:  # every pair is alike
+            return 0 if self.firsts else None
+        tokens = self.tokens[i]
+        if not tokens:  # alike only to an equal snippet without tokens (text_similarity)
+            return self.blank.get(self.snippets[i].strip().lower())
+        candidates = sorted({g for t in self._prefix(i) for g in self.postings.get(t, ())})
+        for g in candidates:
+            if text_similarity(self.snippets[self.firsts[g]], self.snippets[i]) >= self.threshold:
+                return g
+        return None
+
+    def add_group(self, i: int) -> None:
+        g = len(self.firsts)
+        self.firsts.append(i)
+        if not self.tokens[i]:
+            self.blank.setdefault(self.snippets[i].strip().lower(), g)
+            return
+        for t in self._prefix(i):
+            self.postings.setdefault(t, []).append(g)
+
+
+class _VectorIndex:
+    """The groups' first vectors in one matrix, for the groups whose cosine with a text could
+    reach ``meaning``'s threshold. A product of many rows need not equal each row's dot product
+    to the last bit, so the margin admits the near ones and ``Meaning.same`` decides."""
+
+    MARGIN = 1e-4
+
+    def __init__(self, meaning: Meaning) -> None:
+        self.meaning = meaning
+        self.count = 0  # groups added
+        self.matrix = np.zeros((0, 0), dtype=np.float32)  # grown by doubling; zero rows: none
+
+    def add_group(self, text: str) -> None:
+        vector = self.meaning.vector(text)
+        if vector is not None and vector.ndim == 1 and self.matrix.shape[1] == 0:
+            self.matrix = np.zeros((max(64, 2 * self.count), vector.shape[0]), np.float32)
+        if self.count == self.matrix.shape[0] and self.matrix.shape[1]:
+            grown = np.zeros((2 * self.count, self.matrix.shape[1]), np.float32)
+            grown[: self.count] = self.matrix
+            self.matrix = grown
+        if vector is not None and vector.shape == (self.matrix.shape[1],):
+            self.matrix[self.count] = vector
+        self.count += 1
+
+    def above(self, text: str, before: int) -> list[int]:
+        """The groups, in order and fewer than ``before``, near or above the threshold."""
+        vector = self.meaning.vector(text)
+        if vector is None or before == 0 or vector.shape != (self.matrix.shape[1],):
+            return []
+        cosines = self.matrix[:before] @ vector.astype(np.float32, copy=False)
+        return [int(g) for g in np.flatnonzero(cosines >= self.meaning.threshold - self.MARGIN)]
