@@ -17,13 +17,20 @@ The other held-load scenarios (reliability notes G8.2–G8.5) run on top of this
   ``git checkout``; with --model, new text the embedder must embed: the embed lane saturated)
   and reports how long the index took to catch up, and each kind's latency before, during and
   after (the editor pauses meanwhile, so "caught up" means no file pending);
+- ``--bulk-edit AT:N:EVERY`` repeats that checkout every EVERY seconds (each file gains a line);
+- ``--dream-every S`` runs dreaming with apply (all phases) every S seconds, as a scheduled
+  night would, and reports each run's seconds;
 - ``--churn RATE`` adds connect / one ``get`` / close cycles at RATE per second on their own
   schedule, with the time from connect to first reply;
 - a long ``--seconds`` is the soak: the resource trend is reported per ten minutes and as the
-  slope after the first five minutes, besides the slope over the whole run.
+  slope after the first five minutes, besides the slope over the whole run. Besides the
+  daemon's own figures, the samples hold its children's RSS (the reader processes and the
+  model's worker), how many reader processes run, and the rows of ``vector_log`` and
+  ``fts_log`` (the logs that keep the sketch and the postings in step, which the writer trims).
 
     python bench/load_bench.py [--clients 64] [--rate 500] [--seconds 120] [--copies 25]
-                               [--procs 1] [--model PATH] [--edits 30] [--bulk-edit AT:N]
+                               [--procs 1] [--model PATH] [--edits 30] [--bulk-edit AT:N[:EVERY]]
+                               [--dream-every S]
                                [--churn RATE]
                                [--json OUT]
 """
@@ -31,12 +38,14 @@ The other held-load scenarios (reliability notes G8.2–G8.5) run on top of this
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
 import random
 import shutil
 import signal
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -132,7 +141,8 @@ def schedule(
 
 
 class Sampler:
-    """The daemon's RSS, threads, fds and WAL size, once a second."""
+    """The daemon's RSS, threads, fds and WAL size, its children's RSS and the rows of the two
+    logs the writer trims, once a second."""
 
     def __init__(self, pid: int, index_dir: Path) -> None:
         self.proc = psutil.Process(pid)
@@ -146,12 +156,40 @@ class Sampler:
                 wal += p.stat().st_size
             except FileNotFoundError:
                 pass
+        children, readers = 0, 0
+        for child in self.proc.children():
+            try:
+                children += child.memory_info().rss
+                readers += "memd.readers" in " ".join(child.cmdline())
+            except psutil.Error:  # it exited meanwhile
+                pass
         return {
             "rss_mb": round(self.proc.memory_info().rss / 2**20, 1),
             "threads": self.proc.num_threads(),
             "fds": self.proc.num_fds(),
             "wal_mb": round(wal / 2**20, 2),
+            "children_rss_mb": round(children / 2**20, 1),
+            "readers": readers,
+            **self.log_rows(),
         }
+
+    def log_rows(self) -> dict[str, float]:
+        """Rows in ``vector_log`` and ``fts_log`` over the index files (read-only, in WAL mode
+        a reader blocks no one)."""
+        rows = {"vector_log_rows": 0.0, "fts_log_rows": 0.0}
+        for path in self.index_dir.glob("*.sqlite"):
+            try:
+                conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1)
+                try:
+                    for table in ("vector_log", "fts_log"):
+                        with contextlib.suppress(sqlite3.OperationalError):  # not in this file
+                            (n,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+                            rows[f"{table}_rows"] += n
+                finally:
+                    conn.close()
+            except sqlite3.Error:
+                pass
+        return rows
 
     def run(self, start: float, seconds: int, stop: threading.Event) -> None:
         for n in range(seconds + 1):
@@ -299,39 +337,78 @@ def churn(sock: str, rel: str, rate: float, start: float, end: float) -> dict[st
 class BulkEdit:
     """Rewrite ``n`` indexed files at once (a header line added: every chunk of the file
     changes) and time how long the index takes to have none pending (keyword search sees
-    every edit) and then none unembedded (vectors too)."""
+    every edit) and then none unembedded (vectors too); with ``every``, again every ``every``
+    seconds until the run ends."""
 
     def __init__(self, ws: Path, rels: list[str], n: int) -> None:
         self.ws = ws
         self.rels = [r for r in rels if "/hot/" not in r][:n]
         self.paused = threading.Event()  # the hot-file editor waits while this is set
         self.result: dict[str, Any] = {"files": len(self.rels)}
+        self.repeats: list[dict[str, Any]] = []
 
-    def run(self, sock: str, at: float, stop: threading.Event) -> None:
-        if stop.wait(max(0.0, at - time.monotonic())):
-            return
+    def run(self, sock: str, at: float, stop: threading.Event, every: float = 0.0) -> None:
+        round_ = 0
+        while not stop.wait(max(0.0, at + round_ * every - time.monotonic())):
+            result = self.once(sock, stop, round_)
+            if round_ == 0:
+                self.result.update(result)
+            else:
+                self.repeats.append(result)
+            round_ += 1
+            if not every:
+                return
+
+    def once(self, sock: str, stop: threading.Event, round_: int) -> dict[str, Any]:
+        result: dict[str, Any] = {}
         self.paused.set()
         try:
             t = time.monotonic()
+            result["at_s"] = t
             for i, rel in enumerate(self.rels):
                 path = self.ws / rel
-                path.write_text(f"Revision bulkrev{i} of this note.\n\n" + path.read_text())
-            self.result["write_s"] = round(time.monotonic() - t, 2)
+                path.write_text(
+                    f"Revision bulkrev{i}r{round_} of this note.\n\n" + path.read_text()
+                )
+            result["write_s"] = round(time.monotonic() - t, 2)
             with memd_client.connect(sock, timeout=None) as c:
                 while not stop.is_set():
                     fresh = c.status(workspace="load")["workspaces"][0]["freshness"]
-                    if fresh["pending_files"] == 0 and "searchable_s" not in self.result:
-                        self.result["searchable_s"] = round(time.monotonic() - t, 2)
+                    if fresh["pending_files"] == 0 and "searchable_s" not in result:
+                        result["searchable_s"] = round(time.monotonic() - t, 2)
                     if fresh["pending_files"] == 0 and fresh["unembedded_files"] == 0:
                         break
                     time.sleep(0.25)
-                self.result["caught_up_s"] = round(time.monotonic() - t, 2)
-                last = f"bulkrev{len(self.rels) - 1}"
+                result["caught_up_s"] = round(time.monotonic() - t, 2)
+                last = f"bulkrev{len(self.rels) - 1}r{round_}"
                 hits = c.search("load", last, mode="keyword")["results"]
-                self.result["last_file_found"] = any(h["path"] == self.rels[-1] for h in hits)
+                result["last_file_found"] = any(h["path"] == self.rels[-1] for h in hits)
         finally:
             self.paused.clear()
-        self.result["window"] = (t, time.monotonic())
+        result["window"] = (t, time.monotonic())
+        return result
+
+
+class Dreamer:
+    """Dreaming with apply every ``every`` seconds: the seconds each run took, and errors."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.runs: list[float] = []
+        self.errors: list[str] = []
+
+    def run(self, sock: str, start: float, stop: threading.Event) -> None:
+        n = 1
+        while not stop.wait(max(0.0, start + n * self.every - time.monotonic())):
+            t = time.monotonic()
+            try:
+                with memd_client.connect(sock, timeout=600) as c:
+                    c.dream("load", apply=True)
+            except Exception as exc:
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+            else:
+                self.runs.append(round(time.monotonic() - t, 2))
+            n += 1
 
 
 def windows(
@@ -362,7 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--copies", type=int, default=25)
     ap.add_argument("--procs", type=int, default=1, help="client processes")
     ap.add_argument("--home", default="", help="reuse this MEMD_HOME (corpus, caches)")
-    ap.add_argument("--bulk-edit", default="", metavar="AT:N", help="rewrite N files at AT s")
+    ap.add_argument(
+        "--bulk-edit", default="", metavar="AT:N[:EVERY]", help="rewrite N files at AT s"
+    )
+    ap.add_argument("--dream-every", type=float, default=0.0, help="dream with apply every S s")
     ap.add_argument("--edits", type=float, default=30.0, help="hot-file rewrites per second")
     ap.add_argument("--churn", type=float, default=0.0, help="connect/get/close cycles per second")
     ap.add_argument("--json", default="")
@@ -410,8 +490,9 @@ def main(argv: list[str] | None = None) -> int:
         versions = [0] * HOT
         bulk: BulkEdit | None = None
         if args.bulk_edit:
-            at, n = args.bulk_edit.split(":")
+            at, n, *repeat = args.bulk_edit.split(":")
             bulk = BulkEdit(ws, rels, int(n))
+        dreamer = Dreamer(args.dream_every) if args.dream_every else None
 
         def editor() -> None:
             rng = random.Random(3)
@@ -435,8 +516,19 @@ def main(argv: list[str] | None = None) -> int:
             side.append(
                 threading.Thread(
                     target=bulk.run,
-                    args=(str(sock), t0 + args.warmup + float(at), stop),
+                    args=(
+                        str(sock),
+                        t0 + args.warmup + float(at),
+                        stop,
+                        float(repeat[0]) if repeat else 0.0,
+                    ),
                     name="bulk-edit",
+                )
+            )
+        if dreamer is not None:
+            side.append(
+                threading.Thread(
+                    target=dreamer.run, args=(str(sock), t0 + args.warmup, stop), name="dreamer"
                 )
             )
         for worker in side:
@@ -510,6 +602,17 @@ def main(argv: list[str] | None = None) -> int:
         result["bulk_edit"]["latency"] = windows(
             timeline, {"before": (args.warmup, lo), "during": (lo, hi), "after": (hi, 1e9)}
         )
+        result["bulk_edit"].pop("at_s", None)
+        result["bulk_edit"]["repeats"] = [
+            {k: v for k, v in r.items() if k not in ("window", "at_s")} for r in bulk.repeats
+        ]
+    if dreamer is not None:
+        result["dreaming"] = {
+            "every_s": dreamer.every,
+            "runs": len(dreamer.runs),
+            "ms": summary([s * 1000 for s in dreamer.runs]),
+            "errors": dreamer.errors[:5],
+        }
     result["all_kinds"] = summary([ms for v in lat.values() for ms in v])
     # send_lag: how late requests left their client (it includes waiting for the previous
     # reply on the same connection). A client process near one full core means its own GIL
@@ -529,7 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(text + "\n")
     if not args.home:
         shutil.rmtree(home, ignore_errors=True)
-    return 1 if errors or result["appends_missing"] or result["unsent_backlog"] else 0
+    failed = errors or result["appends_missing"] or result["unsent_backlog"]
+    return 1 if failed or (dreamer is not None and dreamer.errors) else 0
 
 
 if __name__ == "__main__":
