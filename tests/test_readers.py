@@ -118,6 +118,27 @@ def test_readers_answer_as_the_daemon_does(
             assert remote.results, (mode, q)
 
 
+def test_readers_rank_keywords_with_the_daemons_postings(
+    warm: ReaderPool, index: Index, fake: FakeEmbedder, write: WriteFile, syncer: Syncer
+) -> None:
+    # The postings are built once, in the daemon: a reader's keyword search asks them for its
+    # document frequencies and best ids, and answers as the daemon's own search does, also
+    # for a chunk written after the postings were built.
+    pool = warm
+    assert index.keywords.ready
+    write("memory/2026-11-05.md", "Quentin repainted the lighthouse stairs on Tuesday.\n")
+    syncer.sync()
+    options = SearchOptions(mode="keyword", min_score=0.0)
+    for q in [*QUERIES, "Quentin lighthouse stairs"]:
+        before, ranked = pool.searches, pool.ranked
+        remote = pool.search(index, q, options, fake)
+        assert pool.searches == before + 1
+        assert pool.ranked == ranked + 1, q
+        assert _answers(remote) == _answers(search(index, q, options, embedder=fake)), q
+    assert remote.results[0].path == "memory/2026-11-05.md"
+    assert pool.health()["ranked_by_daemon"] == pool.ranked
+
+
 def test_a_reader_sees_each_write_at_once(
     warm: ReaderPool, syncer: Syncer, index: Index, fake: FakeEmbedder, write: WriteFile
 ) -> None:

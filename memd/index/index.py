@@ -16,7 +16,7 @@ import apsw
 from memd.atomicfile import fsync_dir
 from memd.index.db import VecSupport, connect, probe_sqlite_vec, translate_errors
 from memd.index.identity import Identity
-from memd.index.keywords import KeywordIndex
+from memd.index.keywords import KeywordIndex, KeywordRanker
 from memd.index.schema import migrate
 from memd.index.sketch import Sketch
 from memd.index.store import Store, VectorStore
@@ -118,6 +118,7 @@ class Index:
         # The FTS index's terms in memory (memd/index/keywords.py), built after the first sync;
         # one per file, as the sketch.
         self._keywords = KeywordIndex(self._connection, self.path)
+        self._ranker: KeywordRanker | None = None  # another's postings (rank_with)
         # Where the sketches of reader processes (memd/readers) stand in the vector log:
         # reader -> (last row applied, when reported). The writer trims no further.
         self._remote: dict[int, tuple[int, float]] = {}
@@ -166,7 +167,12 @@ class Index:
             kind = "none"  # the vectors are there but unreadable without the extension
         dims = identity.dims if identity else 0
         sketch = self._sketch_for(dims) if kind == "plain" else None
-        return Store(conn, kind, dims, sketch, self._keywords)
+        return Store(conn, kind, dims, sketch, self._ranker or self._keywords)
+
+    def rank_with(self, ranker: KeywordRanker) -> None:
+        """Rank keyword searches with ``ranker`` instead of postings of this process's own: a
+        reader process asks the daemon's (memd/readers/host.py), built once, not per process."""
+        self._ranker = ranker
 
     def _sketch_for(self, dims: int) -> Sketch:
         with self._pool_lock:

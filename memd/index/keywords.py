@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import apsw
 
@@ -32,12 +33,27 @@ from memd.index.postings import LOG_TRIMMED_KEY, Mismatch, Postings, Stopped, tr
 from memd.index.postings_process import build_elsewhere
 from memd.index.termcount import tokenizer
 
-__all__ = ["KeywordIndex"]
+__all__ = ["KeywordIndex", "KeywordRanker"]
 
 logger = logging.getLogger(__name__)
 
 Opener = Callable[[], contextlib.AbstractContextManager[apsw.Connection]]
 PHRASE = re.compile(r'^(?:(uni) : )?"([^"]+)"$')
+
+
+class KeywordRanker(Protocol):
+    """What a search asks of keyword postings (memd/index/reads.py): a KeywordIndex, or in a
+    reader process the daemon's, asked over the pipe (memd/readers/host.py). None from either
+    method: they cannot answer, and FTS5 does."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    def doc_freqs(
+        self, conn: apsw.Connection, terms: list[str]
+    ) -> tuple[dict[str, int], int] | None: ...
+
+    def top(self, conn: apsw.Connection, match: str, k: int) -> Ranked | None: ...
 
 
 class KeywordIndex:

@@ -16,7 +16,7 @@ import numpy as np
 from memd.embed.base import Vectors
 from memd.index.bm25 import top_ranked
 from memd.index.db import select_in
-from memd.index.keywords import KeywordIndex
+from memd.index.keywords import KeywordRanker
 from memd.index.sketch import Sketch, first_pass, stacked
 from memd.index.termcount import tokenizer
 
@@ -74,7 +74,7 @@ class SearchReads:
         vector_store: VectorStore,
         dims: int,
         sketch: Sketch | None = None,
-        keywords: KeywordIndex | None = None,
+        keywords: KeywordRanker | None = None,
     ) -> None:
         self.conn = conn
         self.vector_store = vector_store

@@ -18,7 +18,7 @@ import apsw
 from memd.embed.base import Vectors
 from memd.index.audit import StoreAudit
 from memd.index.db import atomic
-from memd.index.keywords import KeywordIndex
+from memd.index.keywords import KeywordRanker
 from memd.index.meta import IndexMeta
 from memd.index.reads import ChunkRow, SearchReads, VectorStore
 from memd.index.sketch import Sketch
@@ -86,7 +86,7 @@ class Store(IndexMeta, StoreAudit):
         vector_store: VectorStore,
         dims: int,
         sketch: Sketch | None = None,
-        keywords: KeywordIndex | None = None,
+        keywords: KeywordRanker | None = None,
     ) -> None:
         self.conn = conn
         self.vector_store = vector_store
