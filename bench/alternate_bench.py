@@ -8,8 +8,12 @@ of the runs: single-client latency over 200 questions, then throughput with 1 an
 concurrent clients (400 questions each, the 16 after a burst of 160 that is not counted), in
 one search mode.
 
+With ``--busy N``, N processes that only spin (at the daemon's priority) run through every
+measurement: searches while the cores are contended, which is when agents search. The
+report then gives p95 over p50 too.
+
     python bench/alternate_bench.py --home DIR/size-25 --old CHECKOUT [--mode hybrid]
-                                    [--reps 4] [--json OUT]
+                                    [--reps 4] [--busy N] [--json OUT]
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -68,8 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=4, help="runs of each code")
     ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
     ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
+    ap.add_argument("--busy", type=int, default=0, help="spinning processes during the runs")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
+    spin = "while True: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.busy)]
+    try:
+        return measure(args, busy=len(busy))
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+
+
+def measure(args: argparse.Namespace, *, busy: int) -> int:
     qs = [json.loads(line)["question"] for line in (Path(args.data) / "qrels.jsonl").open()]
     codes = {"old": Path(args.old).resolve(), "new": ROOT}
     runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
@@ -83,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     medians = {
         name: {
             "latency_p50_ms": statistics.median(r["latency"]["p50_ms"] for r in rs),
+            "latency_p95_ms": statistics.median(r["latency"]["p95_ms"] for r in rs),
             "latency_p99_ms": statistics.median(r["latency"]["p99_ms"] for r in rs),
+            "p95_over_p50": statistics.median(
+                r["latency"]["p95_ms"] / r["latency"]["p50_ms"] for r in rs
+            ),
             "rps_1": statistics.median(r["rps_1"] for r in rs),
             "rps_16": statistics.median(r["rps_16"] for r in rs),
             "ratio_16": statistics.median(r["ratio_16"] for r in rs),
@@ -96,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "old": checkout_name(Path(args.old)),
         "mode": args.mode,
         "reps": args.reps,
+        "busy_processes": busy,
         "runs": runs,
         "medians": medians,
     }
