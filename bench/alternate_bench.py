@@ -13,7 +13,10 @@ measurement: searches while the cores are contended, which is when agents search
 report then gives p95 over p50 too.
 
     python bench/alternate_bench.py --home DIR/size-25 --old CHECKOUT [--mode hybrid]
-                                    [--reps 4] [--busy N] [--json OUT]
+                                    [--reps 4] [--busy N] [--old-home COPY] [--json OUT]
+
+``--old-home`` gives the earlier code its own copy of the home, for code whose index schema
+differs (it would migrate or rebuild the shared file).
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", required=True, help="a MEMD_HOME holding the workspace 'scale'")
     ap.add_argument("--old", required=True, help="a checkout of the earlier code")
+    ap.add_argument(
+        "--old-home", default="", help="a copy of --home for the earlier code (another schema)"
+    )
     ap.add_argument("--mode", default="hybrid", choices=["keyword", "hybrid", "vector"])
     ap.add_argument("--reps", type=int, default=4, help="runs of each code")
     ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
@@ -94,7 +100,8 @@ def measure(args: argparse.Namespace, *, busy: int) -> int:
     for rep in range(args.reps):
         order = ["old", "new"] if rep % 2 == 0 else ["new", "old"]
         for name in order:
-            run = one_run(Path(args.home), sock, args.model, codes[name], args.mode, qs)
+            home = Path(args.old_home if name == "old" and args.old_home else args.home)
+            run = one_run(home, sock, args.model, codes[name], args.mode, qs)
             runs[name].append(run)
             print(rep, name, json.dumps(run), flush=True)
     medians = {
