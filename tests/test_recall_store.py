@@ -555,6 +555,46 @@ def test_recorder_gathers_searches_into_few_rewrites(
     assert len(entry.query_hashes) == 32
 
 
+def test_the_recorder_writes_a_large_store_less_often(workspace: Path) -> None:
+    # A store grows with what gets recalled (8.7 MB at 10,000 entries); rewriting it every
+    # second wrote that much a second all day. The wait grows with the size written: at most
+    # WRITE_BUDGET bytes a second, never longer than GATHER_MAX_S.
+    from memd.dreams import recorder as rec
+
+    assert rec.gather_seconds(0) == rec.GATHER_S
+    assert rec.gather_seconds(rec.WRITE_BUDGET * 10) == pytest.approx(10.0)
+    assert rec.gather_seconds(10**12) == rec.GATHER_MAX_S
+    store = RecallStore(workspace, clock=Clock("UTC"))
+    for i in range(1500):  # about 1.2 MB of entries
+        store.record(f"q{i}", [hit(path=f"memory/2026-04-{1 + i % 28:02d}.md", start=i + 1)])
+    size = store.path.stat().st_size
+    assert size > 3 * rec.WRITE_BUDGET
+    recorder = rec.RecallRecorder(clock=Clock("UTC"))
+    recorder.start()
+    try:
+        assert recorder.gather_s == rec.GATHER_S
+        recorder.submit(workspace, "one more", [hit()])
+        assert recorder.wait_idle(30)
+        assert recorder.gather_s == pytest.approx(rec.gather_seconds(store.path.stat().st_size))
+        assert recorder.gather_s > 3
+    finally:
+        recorder.stop()
+
+
+def test_prev_is_the_replaced_store_by_a_second_name(store: RecallStore) -> None:
+    # The recorder's own last write becomes .prev by a hard link, not a copy of its bytes.
+    store.record("first", [hit()])
+    first = store.path.stat()
+    text = store.path.read_text()
+    store.record("second", [hit()])
+    prev = store.prev_path.stat()
+    assert (prev.st_ino, prev.st_dev) == (first.st_ino, first.st_dev)
+    assert store.prev_path.read_text() == text
+    assert store.path.stat().st_ino != first.st_ino
+    assert stat.S_IMODE(prev.st_mode) == 0o600
+    assert not list(store.dir.glob(".*tmp-link*"))
+
+
 # -- a store OpenClaw archived -----------------------------------------------------------------
 
 

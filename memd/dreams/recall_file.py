@@ -190,18 +190,38 @@ class RecallFile:
         self._save((entry_line(k, e) for k, e in entries.items()), current_parses=False)
 
     def _save(self, lines: Iterable[str], *, current_parses: bool) -> None:
+        """Write the store, the file it replaces kept as ``.prev`` when it parses. A file this
+        process wrote and nobody replaced since (``current_parses``) becomes ``.prev`` by a
+        hard link, not a copy: a store of 10,000 entries is 8.7 MB, and copying it at every
+        rewrite doubled the recorder's writes."""
         self._own = None
         with self.locked():
             text = store_text(iso_time(self.clock.now()), lines)
-            try:
-                current = self.path.read_bytes()
-                if not current_parses:
-                    json.loads(current)
-            except (OSError, ValueError):
-                current = None  # missing or not good: never copied over the last good .prev
-            if current is not None:
-                write_atomic(self.prev_path, current)
+            if not (current_parses and self._link_prev()):
+                try:
+                    current = self.path.read_bytes()
+                    if not current_parses:
+                        json.loads(current)
+                except (OSError, ValueError):
+                    current = None  # missing or not good: never copied over the last good .prev
+                if current is not None:
+                    write_atomic(self.prev_path, current)
             write_atomic(self.path, text.encode("utf-8"))
+
+    def _link_prev(self) -> bool:
+        """Make the store file ``.prev`` too (a second name, swapped in whole); False when
+        the file system refuses links, or the file is gone."""
+        tmp = self.dir / f".{self.prev_path.name}.tmp-link-{os.getpid()}"
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            os.link(self.path, tmp)
+            os.replace(tmp, self.prev_path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            return False
+        return True
 
     def cleanup(self, max_age_s: float = TMP_MAX_AGE_S) -> int:
         """Remove temp files older than ``max_age_s`` left by a crashed save; return how many."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -14,15 +15,26 @@ from memd.clock import Clock
 from memd.dreams.recall_store import RecallStore
 from memd.dreams.recall_text import is_short_term
 
-__all__ = ["RecallRecorder"]
+__all__ = ["RecallRecorder", "gather_seconds"]
 
 logger = logging.getLogger(__name__)
 
 _STOP = object()
 
-# Searches gather this long before a store is rewritten: one rewrite per workspace per second
-# at most, whatever the search rate (a recall's count is not urgent; wait_idle hurries it).
+# Searches gather at least this long before a store is rewritten: one rewrite per workspace
+# per second at most, whatever the search rate (a recall's count is not urgent; wait_idle,
+# which dreaming and promotion call, hurries it).
 GATHER_S = 1.0
+# And long enough that rewriting the stores writes at most this many bytes a second, up to
+# GATHER_MAX_S: a store grows with the chunks that get recalled (8.7 MB at 10,000 entries),
+# and a daemon searched all day rewrote it every second.
+WRITE_BUDGET = 256 * 1024
+GATHER_MAX_S = 60.0
+
+
+def gather_seconds(store_bytes: int) -> float:
+    """How long searches gather before stores of ``store_bytes`` in all are rewritten."""
+    return min(GATHER_MAX_S, max(GATHER_S, store_bytes / WRITE_BUDGET))
 
 
 class RecallRecorder:
@@ -46,6 +58,7 @@ class RecallRecorder:
         self._stores: dict[Path, RecallStore] = {}
         self.recorded = 0
         self.dropped = 0
+        self.gather_s = GATHER_S  # grows with the stores written (gather_seconds)
 
     def start(self) -> None:
         self._thread.start()
@@ -89,7 +102,7 @@ class RecallRecorder:
         while True:
             item = self._queue.get()
             if item is not _STOP:
-                self._hurry.wait(GATHER_S)
+                self._hurry.wait(self.gather_s)
             self._hurry.clear()
             batch = [item]
             while True:
@@ -106,6 +119,7 @@ class RecallRecorder:
                 if i is not _STOP:
                     root, query, results, when = i
                     by_root.setdefault(root, []).append((query, results, when))
+            written = 0
             for (root, folder), searches in by_root.items():
                 try:
                     store = self._stores.get(root)
@@ -114,10 +128,14 @@ class RecallRecorder:
                             root, folder=folder, clock=self.clock
                         )
                     self.recorded += store.record_many(searches)
+                    with contextlib.suppress(OSError):
+                        written += store.path.stat().st_size
                 except Exception as exc:  # a recall store problem never reaches a search
                     logger.warning("recording recalls in %s failed: %s", root, exc)
                 with self._cond:
                     self._written += len(searches)
                     self._cond.notify_all()
+            if written:
+                self.gather_s = gather_seconds(written)
             if stopping:
                 return
