@@ -282,6 +282,7 @@ class _WordIndex:
         self.postings: dict[str, list[int]] = {}  # token -> groups whose prefix holds it
         self.firsts: list[int] = []  # group -> the entry that founded it
         self.blank: dict[str, int] = {}  # a token-less snippet, lowered -> its first group
+        self.compared = 0  # exact comparisons made (each a candidate the prefixes found)
 
     def _prefix(self, i: int) -> list[str]:
         tokens = sorted(self.tokens[i], key=self.rank.__getitem__)
@@ -299,7 +300,10 @@ class _WordIndex:
             return self.blank.get(self.snippets[i].strip().lower())
         candidates = sorted({g for t in self._prefix(i) for g in self.postings.get(t, ())})
         for g in candidates:
-            if text_similarity(self.snippets[self.firsts[g]], self.snippets[i]) >= self.threshold:
+            # text_similarity of two snippets with tokens, from the tokens already made
+            first = self.tokens[self.firsts[g]]
+            self.compared += 1
+            if len(first & tokens) / len(first | tokens) >= self.threshold:
                 return g
         return None
 
