@@ -11,10 +11,11 @@ lines the searcher was shown, at most ``MAX_CLAIMS``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from memd.dreams.daily import daily_snippets
+from memd.dreams.daily import DailySnippet, daily_snippets
 from memd.text import query_terms, tokens_among
 
 __all__ = ["MAX_CLAIMS", "recalled_claims"]
@@ -22,6 +23,18 @@ __all__ = ["MAX_CLAIMS", "recalled_claims"]
 MAX_CLAIMS = 3
 
 Lines = Callable[[str], Sequence[str] | None]  # a workspace file's lines (None: unreadable)
+
+# Searches recall the same notes again and again, and cutting a note costs milliseconds of
+# regular expressions (a third of a busy daemon's CPU at one client, on the recorder's thread
+# while the next search waits for the GIL): the cuts of the last notes seen, by their text.
+# Only notes of up to CACHED_LINES lines are kept, so the memo stays a few MB at most.
+CACHED_NOTES = 32
+CACHED_LINES = 1000
+
+
+@functools.lru_cache(maxsize=CACHED_NOTES)
+def _cut(lines: tuple[str, ...]) -> tuple[DailySnippet, ...]:
+    return tuple(daily_snippets(lines, limit=10_000))
 
 
 def _terms(query: str) -> list[str]:
@@ -41,11 +54,8 @@ def recalled_claims(query: str, result: Mapping[str, Any], lines_of: Lines) -> l
     lines = lines_of(path)
     if not lines:
         return [dict(result)]
-    inside = [
-        s
-        for s in daily_snippets(lines, limit=10_000)
-        if start <= s.end_line and s.start_line <= end
-    ]
+    cut = _cut(tuple(lines)) if len(lines) <= CACHED_LINES else daily_snippets(lines, 10_000)
+    inside = [s for s in cut if start <= s.end_line and s.start_line <= end]
     if not inside:
         return [dict(result)]
     terms = _terms(query)
