@@ -355,7 +355,11 @@ class MemoryService:
                 "sqlite_vec_version": vec.version,
                 "reason": vec.error or None,
             },
-            "fts": {"available": True, "tokenizer": identity.get("fts")},
+            "fts": {
+                "available": True,
+                "tokenizer": identity.get("fts"),
+                **ws.index.keywords.report(),
+            },
             "last_sync": ws.syncer.status.last_sync,
             "cache_entries": self.cache.count(),
             "checked_at": time.time(),

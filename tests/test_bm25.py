@@ -348,6 +348,8 @@ def test_counts_that_differ_from_fts5_leave_ranking_to_fts5(
         other.keywords.build(background=False)
         assert not other.keywords.ready
         assert other.keywords.error and "quokka" in other.keywords.error
+        report = other.keywords.report()  # what status shows
+        assert report["ranking"] == "fts5" and "quokka" in str(report["error"])
         assert "FTS5 ranks instead" in memd_log.text
         with other.reader() as store:
             rows = store.reads.keyword_candidates('"caroline" OR "topic3"', None, 10)
@@ -411,7 +413,11 @@ def test_a_large_index_builds_in_the_background_and_fts5_ranks_meanwhile(
     with index.reader() as store:
         rows = store.reads.keyword_candidates(match, None, 12)  # built or not: the same answer
         assert same([(r.id, r.score) for r in rows], bm25._plain(store.conn, match, 12))
+    assert index.keywords.report()["ranking"] in ("building", "postings")
     assert index.keywords.wait(30)
+    report = index.keywords.report()
+    assert report["ranking"] == "postings" and report["error"] is None
+    assert isinstance(report["postings_mb"], float) and isinstance(report["built_seconds"], float)
     with index.reader() as store:
         ranked = index.keywords.top(store.conn, match, 12)
         assert ranked is not None and same(ranked, bm25._plain(store.conn, match, 12))

@@ -357,3 +357,21 @@ def test_the_vector_store_line_says_what_is_off() -> None:
         "  Vector store: in-memory sketch — sqlite-vec disabled by configuration "
         "(index.sqlite_vec = false)" in lines
     )
+
+
+def test_the_keyword_ranking_line_says_what_ranks() -> None:
+    from memd.ctl.display_status import status_lines
+
+    def shown(fts: dict[str, Any]) -> list[str]:
+        lines = status_lines({"workspaces": [{"workspace": "agent", "fts": fts}]}, 0.0)
+        return [line for line in lines if "Keyword ranking" in line]
+
+    ready = {"ranking": "postings", "postings_mb": 77.8, "built_seconds": 12.1, "error": None}
+    assert shown(ready) == ["  Keyword ranking: postings in memory (77.8 MB, built in 12.1 s)"]
+    assert shown({"ranking": "building"}) == [
+        "  Keyword ranking: FTS5 while the postings are built"
+    ]
+    assert shown({"ranking": "fts5", "error": "counts differ"}) == [
+        "  Keyword ranking: FTS5 — counts differ"
+    ]
+    assert shown({"ranking": "fts5", "error": None}) == []  # small: nothing worth a line

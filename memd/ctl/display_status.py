@@ -131,6 +131,19 @@ def _vector_line(v: Mapping[str, Any]) -> str:
     return line
 
 
+def _keyword_line(fts: Mapping[str, Any]) -> str | None:
+    ranking = fts.get("ranking")
+    if ranking == "postings":
+        built = fts.get("built_seconds")
+        took = f", built in {built} s" if built is not None else ""
+        return f"  Keyword ranking: postings in memory ({fts.get('postings_mb')} MB{took})"
+    if ranking == "building":
+        return "  Keyword ranking: FTS5 while the postings are built"
+    if ranking == "fts5" and fts.get("error"):
+        return f"  Keyword ranking: FTS5 — {fts['error']}"
+    return None
+
+
 def _workspace_lines(
     ws: Mapping[str, Any], now: float, style: Style, *, provider: bool = True
 ) -> Iterator[str]:
@@ -158,6 +171,9 @@ def _workspace_lines(
     if provider:
         yield from _provider_lines(ws.get("provider") or {})
     yield _vector_line(ws.get("vector_store") or {})
+    ranking = _keyword_line(ws.get("fts") or {})
+    if ranking:
+        yield ranking
     identity = ws.get("identity") or {}
     if identity.get("reason"):
         yield f"  Index: {identity.get('state')} ({identity['reason']})"

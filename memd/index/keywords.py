@@ -79,6 +79,21 @@ class KeywordIndex:
         state = self._state
         return state.nbytes if state is not None else 0
 
+    def report(self) -> dict[str, object]:
+        """How keyword searches rank now, for status: ``postings`` (in memory), ``building``
+        (FTS5 ranks until they are ready) or ``fts5`` (not built: an index too small to start
+        one yet, or ``error`` says why)."""
+        building = self._thread is not None and self._thread.is_alive()
+        ranking = "postings" if self.ready else "building" if building else "fts5"
+        return {
+            "ranking": ranking,
+            "postings_mb": round(self.nbytes / 2**20, 1) if self.ready else None,
+            "built_seconds": (
+                round(self.built_seconds, 1) if self.built_seconds is not None else None
+            ),
+            "error": self.error,
+        }
+
     # -- building --------------------------------------------------------------------------------
 
     def build(self, *, background: bool) -> None:
