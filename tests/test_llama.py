@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +15,7 @@ import pytest
 
 from memd.config import IndexConfig
 from memd.embed.gguf import GGUFError, read_metadata
-from memd.embed.llama import LlamaEmbedder, Prefixes, prefixes_for, query_threads
+from memd.embed.llama import LlamaEmbedder, Prefixes, prefixes_for
 from memd.embed.process import ProcessEmbedder
 from memd.index.chunk import chunk_text
 from memd.index.index import Index
@@ -132,46 +129,3 @@ def test_real_model_index_and_semantic_search(
     )
     assert outcome.mode == "vector"
     assert outcome.results[0].path == "memory/2026-05-01.md"
-
-
-@pytest.mark.skipif(not Path("/proc/loadavg").exists(), reason="Linux counts runnable tasks")
-def test_a_query_takes_fewer_threads_while_the_cores_are_busy() -> None:
-    # Real busy processes, one per core: llama.cpp's spinning threads would slow a query by
-    # a hundred times if it split the decode over cores that others hold.
-    assert query_threads(4, 4) == 4 and query_threads(1, 1) == 1
-    cores = len(os.sched_getaffinity(0))
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _runnable() <= cores:
-            time.sleep(0.05)
-        assert query_threads(8, 1) == 1
-        assert query_threads(8, 2) == 2  # never fewer than the documents' threads
-    finally:
-        for p in spinners:
-            p.kill()
-            p.wait()
-
-
-def _runnable() -> int:
-    return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
-
-
-@needs_model
-def test_query_vectors_do_not_depend_on_the_threads() -> None:
-    one = LlamaEmbedder(MODEL, threads=1)
-    more = LlamaEmbedder(MODEL, threads=1, query_threads=2)
-    assert one.query_threads == 1 and more.query_threads == 2
-    try:
-        text = "what did the user say about the cat?"
-        for kind in ("query", "document", "query"):
-            a = one.embed_batch([text], kind=kind)
-            b = more.embed_batch([text], kind=kind)
-            # Sums split over threads differ in the last bits: close, not equal.
-            assert float(a[0] @ b[0]) > 0.9999, kind
-        assert more._ctx_threads in (1, 2)
-        more.embed_batch(["a document"])
-        assert more._ctx_threads == 1  # documents keep their own threads
-    finally:
-        one.close()
-        more.close()

@@ -122,8 +122,7 @@ class EmbeddingConfig:
     # false: never download, `memctl model pull` does it by hand.
     auto_pull: bool = True
     pull_uri: str = ""
-    # llama.cpp threads (0: half the cores for documents, every core up to 8 for a query, which
-    # runs only while no document batch does; N: N for both) and texts per embedding call.
+    # llama.cpp threads (0: half the cores, at least 1) and texts per embedding call.
     threads: int = 0
     batch_size: int = 32
     # Override the per-model query/document prefixes (empty: from the table keyed by GGUF name).

@@ -156,7 +156,6 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 engine = LlamaEmbedder(
                     request["path"],
                     threads=int(request["threads"]),
-                    query_threads=int(request["query_threads"]),
                     query_prefix=request["query_prefix"],
                     document_prefix=request["document_prefix"],
                     extra_bufts=bool(request["extra_bufts"]),

@@ -91,29 +91,6 @@ MAX_SEQUENCES = 8
 """Texts in one decode. Each costs llama.cpp an output row of ``n_vocab`` floats at load (see
 the module's docstring), and texts packed into one decode attend over each other's cells of the
 shared cache, so 8 small decodes were no slower than one large one (docs/benchmarks.md)."""
-QUERY_THREADS_MAX = 8
-"""Threads for a query's decode when none are set: every idle core, up to this."""
-
-
-def query_threads(most: int, at_least: int) -> int:
-    """Threads for a query's decode now: ``most`` while the cores are free, fewer as other
-    work runs, never under ``at_least``.
-
-    llama.cpp's threads wait for each other by spinning, so a decode split over cores that other
-    processes hold gets slower, not faster (with two busy loops on two cores, two threads took a
-    query from 12-80 ms to 90-570 ms). Linux counts the runnable tasks in /proc/loadavg, at once
-    and for 20 us; besides this process, one more is allowed for free: the search that waits for
-    this query runs its keyword half meanwhile. Elsewhere a query keeps the documents' threads.
-    """
-    if most <= at_least:
-        return at_least
-    try:
-        with open("/proc/loadavg", "rb") as f:
-            running = int(f.read().split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return at_least
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else most
-    return max(at_least, min(most, cores + 2 - running))
 
 
 def prefixes_for(meta: dict[str, object]) -> Prefixes:
@@ -135,7 +112,6 @@ class LlamaEmbedder(Embedder):
         model_path: str | Path,
         *,
         threads: int = 0,
-        query_threads: int = 0,
         batch_size: int = 32,
         query_prefix: str | None = None,
         document_prefix: str | None = None,
@@ -158,13 +134,6 @@ class LlamaEmbedder(Embedder):
         self.max_tokens = int(context) if isinstance(context, int) and context > 0 else 512
         self.batch_size = batch_size
         self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
-        # A query is one short decode that a search waits for, and runs only when no document
-        # batch does (the worker stops one for it): it takes every core, up to QUERY_THREADS_MAX.
-        # Threads set by hand hold for both.
-        self.query_threads = query_threads or (
-            threads or max(self.threads, min(QUERY_THREADS_MAX, os.cpu_count() or 1))
-        )
-        self._ctx_threads = self.threads  # what the context's decodes use now
         table = prefixes_for(meta)
         self.prefixes = Prefixes(
             table.query if query_prefix is None else query_prefix,
@@ -282,16 +251,8 @@ class LlamaEmbedder(Embedder):
             return np.zeros((0, self.dims), dtype=np.float32)
         prefix = self.prefixes.query if kind == "query" else self.prefixes.document
         inputs = [prefix + t for t in texts]
-        threads = (
-            query_threads(self.query_threads, self.threads) if kind == "query" else self.threads
-        )
         with self._lock:
             llm = self._load()
-            if threads != self._ctx_threads:
-                import llama_cpp
-
-                llama_cpp.llama_set_n_threads(llm._ctx.ctx, threads, threads)
-                self._ctx_threads = threads
             try:
                 out = llm.embed(inputs, normalize=False, truncate=False)
             except ValueError as exc:
@@ -329,7 +290,6 @@ class LlamaEmbedder(Embedder):
                 model=llm._model, params=llm.context_params, verbose=False
             )
             old, llm._ctx = llm._ctx, fresh
-            self._ctx_threads = self.threads  # the fresh context has the load's parameters
             old.close()  # idempotent: the Llama's own exit stack closes it again at the end
             if self._abort is not None:
                 llama_cpp.llama_set_abort_callback(fresh.ctx, self._abort, None)

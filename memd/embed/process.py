@@ -91,7 +91,6 @@ class ProcessEmbedder(Embedder):
         self.max_tokens = spec.max_tokens
         self.batch_size = batch_size
         self.threads = spec.threads
-        self.query_threads = spec.query_threads
         self.prefixes = spec.prefixes
         self._settings = spec.settings()
         self.memory = memory
@@ -244,7 +243,6 @@ class ProcessEmbedder(Embedder):
             "op": "load",
             "path": str(self.path),
             "threads": 1 if mode.one_thread else self.threads,
-            "query_threads": 1 if mode.one_thread else self.query_threads,
             "query_prefix": self.prefixes.query,
             "document_prefix": self.prefixes.document,
             "extra_bufts": mode.extra_bufts,
