@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -247,6 +248,49 @@ def test_a_killed_reader_is_replaced_and_its_search_answered(
     # New readers start when searches overlap again.
     _overlap(pool, index, fake, until=pool.searches + 2)
     assert pool.health()["error"] is None
+
+
+def test_a_search_does_not_wait_for_readers_that_cannot_run(
+    warm: ReaderPool, index: Index, fake: FakeEmbedder
+) -> None:
+    # Readers stopped with SIGSTOP (what a reader descheduled on contended cores looks like
+    # for longer): two searches hold them, and a third waits at most READER_WAIT_S for one,
+    # then runs in the daemon.
+    pool = warm
+    wait_for(lambda: pool.health()["busy"] == 0, "readers idle")
+    pids = pool.health()["pids"]
+    assert len(pids) == 2
+    expected = _answers(search(index, "Caroline adoption agency", SearchOptions(), embedder=fake))
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    held = [
+        threading.Thread(target=pool.search, args=(index, q, SearchOptions(), fake))
+        for q in QUERIES[:2]
+    ]
+    try:
+        for t in held:
+            t.start()
+        wait_for(lambda: pool.health()["busy"] == 2, "both readers holding a search")
+        answers: list[object] = []
+        third = threading.Thread(
+            target=lambda: answers.append(
+                pool.search(index, "Caroline adoption agency", SearchOptions(), fake)
+            )
+        )
+        started = time.monotonic()
+        third.start()
+        third.join(5.0)  # READER_WAIT_S and one search, with room for a slow machine
+        took = time.monotonic() - started
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        for t in held:
+            t.join()
+    third.join()
+    assert took < 5.0 and answers, "the search waited for readers that could not run"
+    assert _answers(answers[0]) == expected
+    assert pool.health()["waited_out"] == 1
+    assert pool.health()["deaths"] == 0  # the stopped readers answered once continued
 
 
 class _Unavailable(FakeEmbedder):

@@ -21,7 +21,7 @@ Readers are used when searches overlap: one search at a time runs in the daemon,
 did, and costs no process. A search that finds another in flight goes to an idle reader that
 has the index open; when none has, one is started or opened in the background and the search
 runs in the daemon meanwhile, so no search waits for a reader to start. When every reader is
-busy the search waits for one. No reader waits for the model: a search whose query vector is
+busy the search waits for one, at most ``READER_WAIT_S``, then runs in the daemon. No reader waits for the model: a search whose query vector is
 not ready (the model is busy with documents) gives its reader back and waits for the vector
 first; else keyword searches would queue behind it. When the daemon goes quiet
 (memd/daemon/) the readers exit.
@@ -36,6 +36,7 @@ import dataclasses
 import itertools
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -56,6 +57,10 @@ __all__ = ["ReaderPool"]
 
 logger = logging.getLogger(__name__)
 
+# How long a search waits for a busy reader before it runs in the daemon instead. Several
+# searches' worth of a reader's time: with the cores contended a reader may not be scheduled
+# for tens of milliseconds, and a search never waits longer than this for one that cannot run.
+READER_WAIT_S = 0.05
 FAILURES_MAX = 3  # deaths in a row (without one answered search) before readers are given up
 
 
@@ -74,6 +79,7 @@ class ReaderPool:
         self.failed: str | None = None
         self.searches = 0  # answered by a reader
         self.in_daemon = 0  # run in the daemon
+        self.waited_out = 0  # of those, after READER_WAIT_S waiting for a busy reader
         self.ranked = 0  # keyword rankings of readers' searches by the daemon's postings
         self.deaths = 0
         self.last_exit: str | None = None
@@ -119,6 +125,7 @@ class ReaderPool:
     def _take(self, index: Index) -> Reader | None:
         """A reader to run this search, or None to run it in the daemon."""
         key = index.token
+        deadline: float | None = None
         with self._cond:
             while True:
                 if self._closed or self.failed or not self.size:
@@ -141,7 +148,13 @@ class ReaderPool:
                     return None
                 if not any(key in r.opened for r in self._readers):
                     return None  # every reader busy, none with this index: not worth a wait
-                self._cond.wait()
+                if deadline is None:
+                    deadline = time.monotonic() + READER_WAIT_S
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.waited_out += 1
+                    return None  # the readers are held (or cannot run): the daemon runs it
+                self._cond.wait(left)
 
     def _background(self, reader: Reader, index: Index) -> None:
         thread = threading.Thread(
@@ -312,6 +325,7 @@ class ReaderPool:
             "pids": running,
             "searches": self.searches,
             "in_daemon": self.in_daemon,
+            "waited_out": self.waited_out,
             "ranked_by_daemon": self.ranked,
             "deaths": self.deaths,
             "last_exit": self.last_exit,
