@@ -241,6 +241,23 @@ def test_missing_snippet_is_read_from_the_file(store: RecallStore, write: Any) -
     assert (entry.start_line, entry.end_line) == (2, 3)
 
 
+def test_a_note_edited_between_recalls_is_read_again(store: RecallStore, write: Any) -> None:
+    # The recorder keeps the notes it read (and their cuts) while their size, mtime and inode
+    # stay the same: an edit of any kind, even to the same size, is read afresh.
+    path = "memory/2026-04-01.md"
+    hit = {"path": path, "start_line": 2, "end_line": 2, "score": 0.5}
+    write(path, "# Day\nDeploys are blue-green.\n")
+    assert store.record("deploys", [hit]) == 1
+    for text in ("Deploys are red-black!", "Deploys are now canary-first.", "Deploys: rolling."):
+        before = os.stat(store.root / path)
+        write(path, f"# Day\n{text}\n")
+        if os.stat(store.root / path).st_mtime_ns == before.st_mtime_ns:
+            os.utime(store.root / path, ns=(before.st_atime_ns, before.st_mtime_ns + 1))
+        store.record("deploys", [hit])
+        snippets = {e.snippet for e in store.load().values()}
+        assert f"Day: {text}" in snippets, snippets
+
+
 def test_day_bucket_uses_the_time_zone(workspace: Path) -> None:
     late_utc = FakeTime(datetime(2026, 4, 1, 23, 30, tzinfo=UTC))  # already Apr 2 in Tokyo
     RecallStore(workspace, clock=Clock("Asia/Tokyo", source=late_utc)).record("q1", [hit()])

@@ -18,7 +18,7 @@ from typing import Any
 from memd.dreams.daily import DailySnippet, daily_snippets
 from memd.text import query_terms, tokens_among
 
-__all__ = ["MAX_CLAIMS", "recalled_claims"]
+__all__ = ["CACHED_LINES", "MAX_CLAIMS", "recalled_claims"]
 
 MAX_CLAIMS = 3
 
@@ -27,8 +27,9 @@ Lines = Callable[[str], Sequence[str] | None]  # a workspace file's lines (None:
 # Searches recall the same notes again and again, and cutting a note costs milliseconds of
 # regular expressions (a third of a busy daemon's CPU at one client, on the recorder's thread
 # while the next search waits for the GIL): the cuts of the last notes seen, by their text.
-# Only notes of up to CACHED_LINES lines are kept, so the memo stays a few MB at most.
-CACHED_NOTES = 32
+# Only notes of up to CACHED_LINES lines are kept; their lines are mostly the strings the
+# recall store keeps (memd/dreams/recall_store.py, NOTES_BYTES), shared.
+CACHED_NOTES = 128
 CACHED_LINES = 1000
 
 

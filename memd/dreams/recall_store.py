@@ -12,10 +12,15 @@ import contextlib
 import dataclasses
 import datetime as dt
 import functools
+import os
+import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
-from memd.dreams.claims import recalled_claims
+from memd.clock import Clock
+from memd.dreams.claims import CACHED_LINES, recalled_claims
 from memd.dreams.privacy import from_transcript
 from memd.dreams.recall_entry import (
     MAX_QUERY_HASHES,
@@ -44,6 +49,12 @@ __all__ = ["RecallStore", "Signal"]
 Signal = Literal["recall", "daily", "grounded"]
 
 
+# The notes the recorder read last, kept while their size, mtime and inode stay the same, up
+# to NOTES_BYTES of them: a busy daemon's searches recall the same notes again and again, and
+# reading them was most of the recorder's time (memd/dreams/claims.py keeps their cuts).
+NOTES_BYTES = 2 * 2**20
+
+
 @functools.lru_cache(maxsize=1024)
 def _snippet_facts(path: str, snippet: str) -> tuple[bool, str, tuple[str, ...]]:
     """(promotable, collapsed text, concept tags) of a result's snippet. The same chunks come
@@ -57,6 +68,13 @@ def _snippet_facts(path: str, snippet: str) -> tuple[bool, str, tuple[str, ...]]
 class RecallStore(RecallFile):
     """The recall store of the workspace at ``root``: what searches and dreaming count into
     its file (:class:`RecallFile`); every write happens under ``locked()``."""
+
+    def __init__(
+        self, root: Path, *, folder: Path | None = None, clock: Clock | None = None
+    ) -> None:
+        super().__init__(root, folder=folder, clock=clock)
+        self._notes: OrderedDict[Path, tuple[tuple[int, int, int], list[str]]] = OrderedDict()
+        self._notes_bytes = 0
 
     def record(
         self,
@@ -95,6 +113,10 @@ class RecallStore(RecallFile):
                 return files[path]
 
             for query, results, when in searches:
+                # Between searches, let a waiting search have the GIL at once: this runs a
+                # batch of a second's searches, and would otherwise hold the interpreter
+                # for the switch interval (5 ms) at a time while replies wait.
+                time.sleep(0)
                 stamp, today, qh = iso_time(when), self._day(when), query_hash(query)
                 if signal == "recall":  # the claims a hit holds, not the whole chunk
                     results = [
@@ -216,9 +238,23 @@ class RecallStore(RecallFile):
         if not target.is_relative_to(self.root.resolve()):
             return None
         try:
-            return target.read_text(encoding="utf-8", errors="replace").splitlines()
+            st = os.stat(target)
+            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            known = self._notes.get(target)
+            if known is not None and known[0] == key:
+                self._notes.move_to_end(target)
+                return known[1]
+            lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return None
+        if len(lines) <= CACHED_LINES:
+            old = self._notes.pop(target, None)
+            self._notes_bytes += st.st_size - (old[0][1] if old else 0)
+            self._notes[target] = (key, lines)
+            while self._notes_bytes > NOTES_BYTES:
+                _, ((_, size, _), _) = self._notes.popitem(last=False)
+                self._notes_bytes -= size
+        return lines
 
     def mark_promoted(self, updates: Mapping[str, Mapping[str, Any]]) -> int:
         """Stamp ``promotedAt`` on the given keys, moving relocated ones; return how many changed."""
