@@ -260,6 +260,8 @@ def test_a_search_does_not_wait_for_readers_that_cannot_run(
     wait_for(lambda: pool.health()["busy"] == 0, "readers idle")
     pids = pool.health()["pids"]
     assert len(pids) == 2
+    # On a loaded machine the warm-up's overlapping searches wait some readers out too.
+    waited_before = pool.health()["waited_out"]
     expected = _answers(search(index, "Caroline adoption agency", SearchOptions(), embedder=fake))
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
@@ -289,7 +291,7 @@ def test_a_search_does_not_wait_for_readers_that_cannot_run(
     third.join()
     assert took < 5.0 and answers, "the search waited for readers that could not run"
     assert _answers(answers[0]) == expected
-    assert pool.health()["waited_out"] == 1
+    assert pool.health()["waited_out"] == waited_before + 1
     assert pool.health()["deaths"] == 0  # the stopped readers answered once continued
 
 
