@@ -75,6 +75,12 @@ class KeywordIndex:
         return self._state is not None
 
     @property
+    def chunks(self) -> int:
+        """The chunks the postings hold (0: not built)."""
+        state = self._state
+        return state.alive if state is not None else 0
+
+    @property
     def nbytes(self) -> int:
         state = self._state
         return state.nbytes if state is not None else 0

@@ -11,7 +11,8 @@ query's vector asks for it over its pipe, and the daemon sends it back. So with 
 ranking: the daemon's keyword postings (memd/index/keywords.py, 78 MB at 100,000 chunks) are
 built once, and a reader asks them for a query's document frequencies and its best chunk ids
 (a few milliseconds of the daemon's time at that size, against tens for FTS5's ranking in the
-reader); the reader reads and finishes the rows. A search reads a
+reader); the reader reads and finishes the rows. An index of up to ``ASK_POSTINGS_ABOVE``
+chunks is ranked by FTS5 in the reader: there the round trip costs more than the ranking. A search reads a
 snapshot opened after the request arrived, so read-your-writes holds as in the daemon. Each reader keeps its own vector
 sketch, in step through ``vector_log`` like the daemon's; the writer trims that log no further
 than the sketches that have reported (memd/index/index.py), and a sketch that finds the log
@@ -21,7 +22,8 @@ Readers are used when searches overlap: one search at a time runs in the daemon,
 did, and costs no process. A search that finds another in flight goes to an idle reader that
 has the index open; when none has, one is started or opened in the background and the search
 runs in the daemon meanwhile, so no search waits for a reader to start. When every reader is
-busy the search waits for one, at most ``READER_WAIT_S``, then runs in the daemon. No reader waits for the model: a search whose query vector is
+busy the search waits for one, unless none comes back for ``READER_WAIT_S``: then it runs in
+the daemon. No reader waits for the model: a search whose query vector is
 not ready (the model is busy with documents) gives its reader back and waits for the vector
 first; else keyword searches would queue behind it. When the daemon goes quiet
 (memd/daemon/) the readers exit.
@@ -57,10 +59,16 @@ __all__ = ["ReaderPool"]
 
 logger = logging.getLogger(__name__)
 
-# How long a search waits for a busy reader before it runs in the daemon instead. Several
-# searches' worth of a reader's time: with the cores contended a reader may not be scheduled
-# for tens of milliseconds, and a search never waits longer than this for one that cannot run.
+# How long a search waits, with every reader busy, for one of them to come back before it runs
+# in the daemon instead. Several searches' worth of a reader's time: readers that keep coming
+# back are a queue worth waiting in (the daemon would take the searches to its own GIL), but
+# a reader the scheduler does not run, or one stopped, is not waited for longer than this.
 READER_WAIT_S = 0.05
+# A reader asks the daemon's keyword postings to rank only for an index of more chunks than
+# this: below, FTS5 ranks a query in the reader in well under a millisecond, less than the
+# round trip to the daemon and a turn at its GIL (at 391 chunks, 16 clients got half the
+# searches a second asking); above, the postings win (97,501 chunks: 2 ms against 21).
+ASK_POSTINGS_ABOVE = 2000
 FAILURES_MAX = 3  # deaths in a row (without one answered search) before readers are given up
 
 
@@ -79,7 +87,8 @@ class ReaderPool:
         self.failed: str | None = None
         self.searches = 0  # answered by a reader
         self.in_daemon = 0  # run in the daemon
-        self.waited_out = 0  # of those, after READER_WAIT_S waiting for a busy reader
+        self.waited_out = 0  # of those, after READER_WAIT_S without a reader coming back
+        self._returned_at = 0.0  # when a reader last came back from a search
         self.ranked = 0  # keyword rankings of readers' searches by the daemon's postings
         self.deaths = 0
         self.last_exit: str | None = None
@@ -125,7 +134,7 @@ class ReaderPool:
     def _take(self, index: Index) -> Reader | None:
         """A reader to run this search, or None to run it in the daemon."""
         key = index.token
-        deadline: float | None = None
+        since: float | None = None  # when this search began to wait for a reader
         with self._cond:
             while True:
                 if self._closed or self.failed or not self.size:
@@ -148,13 +157,15 @@ class ReaderPool:
                     return None
                 if not any(key in r.opened for r in self._readers):
                     return None  # every reader busy, none with this index: not worth a wait
-                if deadline is None:
-                    deadline = time.monotonic() + READER_WAIT_S
-                left = deadline - time.monotonic()
-                if left <= 0:
+                # Wait while the readers get through their searches; when none has come
+                # back for READER_WAIT_S (held by the scheduler, stopped), the daemon runs it.
+                now = time.monotonic()
+                since = now if since is None else since
+                stalled = now - max(since, self._returned_at)
+                if stalled >= READER_WAIT_S:
                     self.waited_out += 1
-                    return None  # the readers are held (or cannot run): the daemon runs it
-                self._cond.wait(left)
+                    return None
+                self._cond.wait(READER_WAIT_S - stalled)
 
     def _background(self, reader: Reader, index: Index) -> None:
         thread = threading.Thread(
@@ -195,6 +206,8 @@ class ReaderPool:
             values["sources"] = list(values["sources"])
         # A swap waits for this search, as for one in the daemon; the connection is the
         # daemon's, for the keyword postings the reader asks to rank with.
+        postings = index.keywords
+        asks = postings.ready and postings.chunks > ASK_POSTINGS_ABOVE
         with index.reader() as store:
             keywords = store.reads.keywords
             reader.send(
@@ -204,7 +217,7 @@ class ReaderPool:
                     "query": query,
                     "options": values,
                     "embedder": embedder.settings_key if embedder is not None else None,
-                    "keywords": keywords is not None and keywords.ready,
+                    "keywords": asks,
                 }
             )
             while True:
@@ -256,6 +269,7 @@ class ReaderPool:
     def _give_back(self, reader: Reader, *, answered: bool) -> None:
         with self._cond:
             reader.busy = False
+            self._returned_at = time.monotonic()
             if answered:
                 self.searches += 1
                 self._failures = 0

@@ -64,7 +64,7 @@ class ReadersStatus(TypedDict):
     searches: int  # answered by a reader since the daemon started
     in_daemon: int  # run in the daemon (alone, or while a reader started)
     ranked_by_daemon: int  # readers' keyword rankings done by the daemon's postings
-    waited_out: int  # run in the daemon after waiting the limit for a busy reader
+    waited_out: int  # run in the daemon after 50 ms in which no busy reader came back
     deaths: int
     last_exit: str | None  # how the last reader that died ended ("SIGKILL", "exit 1")
     error: str | None  # why readers are no longer used, after repeated deaths
