@@ -13,7 +13,11 @@ measurement: searches while the cores are contended, which is when agents search
 report then gives p95 over p50 too.
 
     python bench/alternate_bench.py --home DIR/size-25 --old CHECKOUT [--mode hybrid]
-                                    [--reps 4] [--busy N] [--old-home COPY] [--json OUT]
+                                    [--reps 4] [--busy N] [--old-home COPY] [--settle]
+                                    [--json OUT]
+
+``--settle`` starts measuring once the daemon's keyword postings are built (status
+``fts.ranking``): at 100,000 chunks a fresh daemon ranks through FTS5 for its first 10-20 s.
 
 ``--old-home`` gives the earlier code its own copy of the home, for code whose index schema
 differs (it would migrate or rebuild the shared file).
@@ -27,8 +31,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
+
+import memd_client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -47,10 +54,11 @@ from socket_bench import (  # noqa: E402
 
 
 def one_run(
-    home: Path, sock: Path, model: str, code: Path, mode: str, qs: list[str]
+    home: Path, sock: Path, model: str, code: Path, mode: str, qs: list[str], settle: bool
 ) -> dict[str, Any]:
     proc = start_daemon(home, sock, "local", model, code=code)
     try:
+        settled_s = settled(sock) if settle else None
         timed_searches(sock, "scale", qs[:50], "hybrid")  # warm: model, caches, pages
         latency = summary(timed_searches(sock, "scale", qs[:200], mode))
         one = concurrent(sock, "scale", qs[:400], mode, 1)["throughput_rps"]
@@ -61,6 +69,7 @@ def one_run(
     finally:
         stop_daemon(proc)
     return {
+        "settled_s": settled_s,
         "latency": latency,
         "rps_1": one,
         "rps_16": sixteen,
@@ -80,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
     ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
     ap.add_argument("--busy", type=int, default=0, help="spinning processes during the runs")
+    ap.add_argument(
+        "--settle",
+        action="store_true",
+        help="measure once the keyword postings are built (the steady state), not from the start",
+    )
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     spin = "while True: pass"
@@ -92,6 +106,19 @@ def main(argv: list[str] | None = None) -> int:
             proc.wait()
 
 
+def settled(sock: Path, limit: float = 300.0) -> float:
+    """Seconds until the daemon's keyword ranking no longer waits for a build (status
+    ``fts.ranking`` is not ``building``; code without that field is settled at once)."""
+    t0 = time.monotonic()
+    with memd_client.connect(sock, timeout=None) as c:
+        while time.monotonic() - t0 < limit:
+            ws = c.status(workspace="scale")["workspaces"][0]
+            if (ws.get("fts") or {}).get("ranking") != "building":
+                break
+            time.sleep(0.5)
+    return round(time.monotonic() - t0, 1)
+
+
 def measure(args: argparse.Namespace, *, busy: int) -> int:
     qs = [json.loads(line)["question"] for line in (Path(args.data) / "qrels.jsonl").open()]
     codes = {"old": Path(args.old).resolve(), "new": ROOT}
@@ -101,7 +128,7 @@ def measure(args: argparse.Namespace, *, busy: int) -> int:
         order = ["old", "new"] if rep % 2 == 0 else ["new", "old"]
         for name in order:
             home = Path(args.old_home if name == "old" and args.old_home else args.home)
-            run = one_run(home, sock, args.model, codes[name], args.mode, qs)
+            run = one_run(home, sock, args.model, codes[name], args.mode, qs, args.settle)
             runs[name].append(run)
             print(rep, name, json.dumps(run), flush=True)
     medians = {
@@ -125,6 +152,7 @@ def measure(args: argparse.Namespace, *, busy: int) -> int:
         "mode": args.mode,
         "reps": args.reps,
         "busy_processes": busy,
+        "settle": args.settle,
         "runs": runs,
         "medians": medians,
     }
