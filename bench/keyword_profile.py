@@ -53,16 +53,18 @@ STAGES: list[tuple[str, Any, str]] = [
 
 
 class Stages:
-    """Each stage's time per search, for the run that is current."""
+    """Each stage's time per search, for the run that is current: the stages wrapped."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
+        self.labels: list[str] = []
         self.current = ""
         self.now: dict[str, float] = defaultdict(float)
         self.runs: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
 
     def wrap(self, label: str, owner: Any, name: str) -> None:
         real = getattr(owner, name)
+        self.labels.append(label)
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = self.clock()
@@ -76,7 +78,7 @@ class Stages:
     def done(self, total: float) -> None:
         runs = self.runs[self.current]
         runs["search, in all"].append(total * 1000)
-        for label, _, _ in STAGES:
+        for label in self.labels:
             runs[label].append(self.now.get(label, 0.0) * 1000)
         self.now.clear()
 

@@ -248,7 +248,10 @@ def test_a_note_edited_between_recalls_is_read_again(store: RecallStore, write: 
     hit = {"path": path, "start_line": 2, "end_line": 2, "score": 0.5}
     write(path, "# Day\nDeploys are blue-green.\n")
     assert store.record("deploys", [hit]) == 1
-    for text in ("Deploys are red-black!", "Deploys are now canary-first.", "Deploys: rolling."):
+    # the second is the first's size: only the mtime tells them apart
+    edits = ("Deploys are red-black!", "Deploys are blue-red!!", "Deploys: rolling.")
+    assert len(edits[0]) == len(edits[1])
+    for text in edits:
         before = os.stat(store.root / path)
         write(path, f"# Day\n{text}\n")
         if os.stat(store.root / path).st_mtime_ns == before.st_mtime_ns:

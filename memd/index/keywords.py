@@ -75,6 +75,10 @@ class KeywordIndex:
         return self._state is not None
 
     @property
+    def _building(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def chunks(self) -> int:
         """The chunks the postings hold (0: not built)."""
         state = self._state
@@ -89,8 +93,7 @@ class KeywordIndex:
         """How keyword searches rank now, for status: ``postings`` (in memory), ``building``
         (FTS5 ranks until they are ready) or ``fts5`` (not built: an index too small to start
         one yet, or ``error`` says why)."""
-        building = self._thread is not None and self._thread.is_alive()
-        ranking = "postings" if self.ready else "building" if building else "fts5"
+        ranking = "postings" if self.ready else "building" if self._building else "fts5"
         return {
             "ranking": ranking,
             "postings_mb": round(self.nbytes / 2**20, 1) if self.ready else None,
@@ -106,9 +109,8 @@ class KeywordIndex:
         """Build them (or build again, when worn), unless a build runs or the counts did not
         match FTS5's; in the background, searches meanwhile use FTS5 or the postings there are."""
         with self._lock:
-            busy = self._thread is not None and self._thread.is_alive()
             state = self._state
-            if busy or self.error or self._stop.is_set() or (state and not state.worn()):
+            if self._building or self.error or self._stop.is_set() or (state and not state.worn()):
                 return
             if background:
                 self._thread = threading.Thread(
@@ -199,8 +201,7 @@ class KeywordIndex:
         """Delete the log rows the postings have applied (every row when none are kept and
         none are being built); the writer calls it after a sync. Nothing to delete: no write."""
         with self._lock:
-            building = self._thread is not None and self._thread.is_alive()
-            if building:
+            if self._building:
                 return
             state = self._state
             if state is not None:

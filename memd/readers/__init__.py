@@ -12,9 +12,9 @@ ranking: the daemon's keyword postings (memd/index/keywords.py, 78 MB at 100,000
 built once, and a reader asks them for a query's document frequencies and its best chunk ids
 (a few milliseconds of the daemon's time at that size, against tens for FTS5's ranking in the
 reader); the reader reads and finishes the rows. An index of up to ``ASK_POSTINGS_ABOVE``
-chunks is ranked by FTS5 in the reader: there the round trip costs more than the ranking. A search reads a
-snapshot opened after the request arrived, so read-your-writes holds as in the daemon. Each reader keeps its own vector
-sketch, in step through ``vector_log`` like the daemon's; the writer trims that log no further
+chunks is ranked by FTS5 in the reader: there the round trip costs more than the ranking. A
+search reads a snapshot opened after the request arrived, so read-your-writes holds as in the
+daemon. Each reader keeps its own vector sketch, in step through ``vector_log`` like the daemon's; the writer trims that log no further
 than the sketches that have reported (memd/index/index.py), and a sketch that finds the log
 trimmed past it loads again (memd/index/sketch.py).
 
