@@ -267,7 +267,14 @@ class Server:
             return
         thread = threading.Thread(target=self._serve, args=(conn,), name="memd-conn", daemon=True)
         self._admit(conn, thread)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:  # the system refused a thread: this client only is closed
+            logger.warning("could not start a thread for a connection; closing it")
+            with self._lock:
+                self._clients.pop(conn.fileno(), None)
+            conn.close()
+            time.sleep(0.5)
 
     def _has_slot(self) -> bool:
         """Whether a new client may be served now: a slot is free, or one was taken from a
@@ -331,7 +338,11 @@ class Server:
                     conn.close()
                     self._busy_slots.release()
 
-        threading.Thread(target=answer, name="memd-busy", daemon=True).start()
+        try:
+            threading.Thread(target=answer, name="memd-busy", daemon=True).start()
+        except RuntimeError:  # no thread to spare: closed unanswered, as past BUSY_THREADS
+            conn.close()
+            self._busy_slots.release()
 
     def _idle_limit(self) -> float:
         """Idle connections are reaped sooner once the limit is near."""
