@@ -1,7 +1,7 @@
 """A fortnight of life, generated: the features of memd together on a real daemon and real files.
 
 Two agents, each with its own workspace and session transcripts, live through days of appends,
-human edits of MEMORY.md, transcript messages, dreaming (every phase, written), searches, gets
+human edits of MEMORY.md and of the daily notes, transcript messages, dreaming (every phase, written), searches, gets
 and session-start contexts by callers of every kind (the owner in a direct chat, the owner in a
 group chat, another agent, nobody in particular, spellings of chat kinds a client might send),
 and daemon restarts. Hypothesis chooses the sequence (``RuleBasedStateMachine``). Every text the
@@ -13,7 +13,8 @@ After every step:
    line was promoted into MEMORY.md and the caller may read MEMORY.md;
 2. no reply to a caller in a group chat holds a word that only MEMORY.md or DREAMS.md hold;
 3. every claim promoted appears once in MEMORY.md, and no line a human wrote there is lost;
-4. a search reply that says ``fresh: true`` finds the newest line of the file it asks about.
+4. a search reply that says ``fresh: true`` finds the newest line of the file it asks about,
+   and no longer finds in a daily note a line a human took out of it.
 
 At the end the daemon is stopped and each workspace's index must equal a fresh rebuild from
 its files. ``MEMD_LIFE_EXAMPLES`` sets how many lives are lived (default 12);
@@ -107,6 +108,7 @@ class Life(RuleBasedStateMachine):
         self.memory_words: dict[str, set[str]] = {a: set() for a in AGENTS}  # human lines
         self.human_lines: dict[str, list[str]] = {a: [] for a in AGENTS}
         self.newest: dict[str, tuple[str, str]] = {}  # agent -> (file, word of its newest line)
+        self.withdrawn: dict[str, tuple[str, str]] = {}  # agent -> (note, word a human took out)
         self.replies = 0
         self._setup()
 
@@ -192,6 +194,44 @@ class Life(RuleBasedStateMachine):
         self.newest[agent] = ("MEMORY.md", word)
 
     @rule(
+        agent=st.sampled_from(AGENTS),
+        data=st.data(),
+        how=st.sampled_from(["same size", "line removed", "saved as a new file"]),
+    )
+    def human_edits_daily_note(self, agent: str, data: st.DataObject, how: str) -> None:
+        """A human takes an agent's line out of a daily note: blanks its word in place (the
+        file keeps its size), deletes the line, or saves the note as a new file over it."""
+        found = [
+            (path, line, word)
+            for path in sorted((self.roots[agent] / "memory").glob("*.md"))
+            for line in path.read_text(encoding="utf-8").splitlines()
+            for word in re.findall(r"\blog[a-z]{2}\d+\b", line)
+        ]
+        if not found:
+            return
+        path, line, word = data.draw(st.sampled_from(found))
+        text = path.read_text(encoding="utf-8")
+        if how == "same size":
+            path.write_text(text.replace(word, "x" * len(word)), encoding="utf-8")
+        else:
+            kept = "".join(ln for ln in text.splitlines(keepends=True) if ln.rstrip("\n") != line)
+            if how == "line removed":
+                path.write_text(kept, encoding="utf-8")
+            else:
+                (path.parent / ".edit.tmp").write_text(kept, encoding="utf-8")
+                (path.parent / ".edit.tmp").replace(path)
+        rel = path.relative_to(self.roots[agent]).as_posix()
+        self.withdrawn[agent] = (rel, word)
+        if self.newest.get(agent, ("", ""))[1] == word:
+            del self.newest[agent]
+        with self._client(_callers(agent)["owner-direct"]) as c:
+            reply = c.search(agent, word, mode="keyword", wait_ms=10_000, max_results=20)
+        self._check(agent, "owner-direct", reply)
+        assert reply["freshness"]["fresh"], f"{how} in {rel} not indexed in 10 s: {reply}"
+        stale = [h for h in reply["results"] if h["path"] == rel]
+        assert not stale, f"{word}, taken out of {rel} ({how}), still found: {reply}"
+
+    @rule(
         agent=st.sampled_from(AGENTS), data=st.data(), role=st.sampled_from(["user", "assistant"])
     )
     def transcript_message(self, agent: str, data: st.DataObject, role: str) -> None:
@@ -238,7 +278,12 @@ class Life(RuleBasedStateMachine):
             self.transcript_words["ava"] | self.transcript_words["bob"] | self.memory_words[agent]
         )
         newest = self.newest.get(agent)
-        choices = [*words[-6:], *([newest[1]] if newest else [])]
+        withdrawn = self.withdrawn.get(agent)
+        choices = [
+            *words[-6:],
+            *([newest[1]] if newest else []),
+            *([withdrawn[1]] if withdrawn else []),
+        ]
         query = data.draw(st.sampled_from(choices)) if choices else "staging"
         with self._client(_callers(agent)[who]) as c:
             reply = c.search(agent, query, mode="keyword", wait_ms=wait, max_results=20)
@@ -249,6 +294,9 @@ class Life(RuleBasedStateMachine):
             if allowed:
                 found = [h["path"] for h in reply["results"]]
                 assert path in found, f"fresh: true, yet {query} in {path} not found: {reply}"
+        if withdrawn and query == withdrawn[1] and reply["freshness"]["fresh"]:
+            stale = [h for h in reply["results"] if h["path"] == withdrawn[0]]
+            assert not stale, f"fresh: true, yet {query}, taken out of {withdrawn[0]}: {reply}"
 
     @rule(
         agent=st.sampled_from(AGENTS),
