@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ from socket_bench import (  # noqa: E402
     code_state,
     concurrent,
     environment,
+    spinning,
     start_daemon,
     stop_daemon,
     summary,
@@ -96,14 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
-    spin = "while True: pass"
-    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.busy)]
-    try:
-        return measure(args, busy=len(busy))
-    finally:
-        for proc in busy:
-            proc.kill()
-            proc.wait()
+    with spinning(args.busy) as busy:
+        return measure(args, busy=busy)
 
 
 def settled(sock: Path, limit: float = 300.0) -> float:

@@ -10,7 +10,9 @@ between the codes (a, b, b, a, ...), each on a home of its own (``--homes``: cop
 built home, so that no code writes to the other's file).
 
     python bench/fresh_daemon.py --codes before=DIR,after=DIR --homes before=H1,after=H2
-                                 [--reps 2] [--seconds 120] [--json OUT]
+                                 [--reps 2] [--seconds 120] [--busy N] [--json OUT]
+
+With ``--busy N``, N processes that only spin (at the daemon's priority) run through every run.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import memd_client
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scale_bench import warm_os_cache  # noqa: E402
-from socket_bench import SHARED, code_state, environment, summary  # noqa: E402
+from socket_bench import SHARED, code_state, environment, spinning, summary  # noqa: E402
 
 BUILT = "keyword postings:"  # the daemon's log line when its postings are ready
 
@@ -170,9 +172,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
     ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
+    ap.add_argument("--busy", type=int, default=0, help="spinning processes during the runs")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     os.environ["MEMD_AUTOSTART"] = "0"
+    with spinning(args.busy) as busy:
+        return measure(args, busy=busy)
+
+
+def measure(args: argparse.Namespace, *, busy: int) -> int:
     codes = {k: Path(v).resolve() for k, v in (p.split("=", 1) for p in args.codes.split(","))}
     homes = {k: Path(v).resolve() for k, v in (p.split("=", 1) for p in args.homes.split(","))}
     qs = [json.loads(line)["question"] for line in (Path(args.data) / "qrels.jsonl").open()]
@@ -197,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         **environment(),
         "code": code_state(),
+        "busy_processes": busy,
         "codes": {k: str(v.name) for k, v in codes.items()},
         "runs": runs,
         "medians": {

@@ -10,6 +10,7 @@ cache after the first copy; see build_corpus), starts `memd run` with the local 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.metadata
 import json
@@ -23,7 +24,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,18 @@ ROOT = Path(__file__).resolve().parent.parent
 # benchmark's daemon listened would start another, with the benchmark's settings missing.
 os.environ["MEMD_AUTOSTART"] = "0"
 SHARED = ROOT.parent / "shared"
+
+
+@contextlib.contextmanager
+def spinning(n: int) -> Iterator[int]:
+    """``n`` processes that only spin (at the caller's priority), killed on leaving."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield len(procs)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 def version(dist: str) -> str | None:
