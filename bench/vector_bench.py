@@ -8,8 +8,8 @@ embedded by MiniLM in its worker. Both stores are filled through memd's own Stor
 sketch follows the file through its vector log as in the daemon.
 
 For each size: p50/p99 of one k-NN (k = 24, the candidates of a default search) for the exact
-vec0 scan and for the sketch (projected pass over every vector, then the best 400 scored
-exactly), the sketch's recall of the exact top ten (a hit counts when its exact score is at
+vec0 scan and for the sketch (projected pass over every vector, the best 1% ranked again with
+their 8-bit residuals, the best 96 of those scored exactly), the sketch's recall of the exact top ten (a hit counts when its exact score is at
 least the tenth's), its load time and its memory.
 
     python bench/vector_bench.py [--sizes 10000,100000] [--queries 200] [--cache FILE]
@@ -102,7 +102,7 @@ def run(size: int, vectors: np.ndarray[Any, Any], queries: np.ndarray[Any, Any])
             fast_t.append(time.perf_counter() - t0)
             tenth = exact[9].score
             recall.append(sum(r.score >= tenth - 1e-6 for r in fast[:10]) / 10)
-        memory = sketch.rows.nbytes + sketch.ids.nbytes + sketch.live.nbytes
+        memory = sum(a.nbytes for a in (sketch.rows, sketch.resid, sketch.ids, sketch.live))
         vconn.close()
         pconn.close()
     return {

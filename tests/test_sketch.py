@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from memd.index import sketch as sketch_module
 from memd.index.db import atomic
 from memd.index.identity import Identity
 from memd.index.index import Index
@@ -182,6 +183,55 @@ def test_a_source_filter_keeps_the_best_chunks_of_that_source(index: Index) -> N
     assert [r.id for r in rows] == [i for i in nearest if i not in sessions][:6]
     assert {r.source for r in rows} == {"memory"}
     assert [r.id for r in both] == nearest[:6]
+
+
+@pytest.mark.parametrize("size", [390, 3000])
+def test_a_rare_source_is_found_past_the_chunks_scored_exactly(index: Index, size: int) -> None:
+    """Five memory chunks among transcript chunks, none of them near the query: the exact
+    scoring widens past its first RESCORED (and, with all of those from other sources, past
+    the first pass) until the best three memory chunks are found, by exact score."""
+    vectors = _vectors(size, seed=4)
+    _add(index, range(1, size + 1), vectors)
+    q = vectors[0]
+    exact = vectors @ q
+    far = [int(i) + 1 for i in np.argsort(exact)[:5]]  # the five farthest from the query
+    with atomic(index.writer().conn):
+        index.writer().conn.execute("UPDATE chunks SET source = 'sessions'")
+        index.writer().conn.executemany(
+            "UPDATE chunks SET source = 'memory' WHERE id = ?", [(i,) for i in far]
+        )
+    with index.reader() as store:
+        assert store.reads.sketch is not None
+        store.reads.sketch.refresh(store.conn)
+        assert store.reads.sketch.basis_from >= DIMS  # the 8-bit ranking is in use
+        rows = store.reads.vector_candidates(q, ("memory",), 3)
+    assert [r.id for r in rows] == sorted(far, key=lambda i: -exact[i - 1])[:3]
+
+
+def test_the_residuals_rank_as_the_exact_cosines(index: Index) -> None:
+    """Projection plus 8-bit residual orders candidates within about a thousandth of
+    their exact cosines: the best RESCORED of them by it hold the exact best ten."""
+    vectors = _vectors(4000, seed=6)
+    _add(index, range(1, 4001), vectors)
+    rng = np.random.default_rng(3)
+    with index.reader() as store:
+        sketch = store.reads.sketch
+        assert sketch is not None
+        sketch.refresh(store.conn)
+        for i in rng.integers(0, 4000, 20):
+            q = vectors[i] + rng.normal(scale=0.05, size=DIMS).astype(np.float32)
+            q = (q / np.linalg.norm(q)).astype(np.float32)
+            groups = sketch.candidates(q, 1000)
+            shuffled = [groups[j] for j in rng.permutation(len(groups))]  # not by projection
+            best = {g[0] for g in sketch.closest(q, shuffled, sketch_module.RESCORED)}
+            exact = vectors @ q
+            assert {int(j) + 1 for j in np.argsort(-exact)[:10]} <= best
+            rows = sketch.row_of[[g[0] for g in groups]]
+            near = sketch.rows[rows] @ (q @ sketch.basis) + sketch.resid[rows].astype(
+                np.float32
+            ) @ ((q @ sketch.rest) * sketch.scale)
+            centred = exact[[g[0] - 1 for g in groups]] - float(sketch.mean @ q)
+            assert np.abs(near - centred).max() < 0.01
 
 
 def test_copies_of_one_vector_do_not_crowd_out_the_others(index: Index) -> None:

@@ -17,7 +17,7 @@ from memd.embed.base import Vectors
 from memd.index.bm25 import top_ranked
 from memd.index.db import select_in
 from memd.index.keywords import KeywordRanker
-from memd.index.sketch import Sketch, first_pass, stacked
+from memd.index.sketch import RESCORED, Sketch, first_pass, stacked
 from memd.index.termcount import tokenizer
 
 __all__ = ["ChunkRow", "SearchReads"]
@@ -203,15 +203,18 @@ class SearchReads:
     def _knn_sketch(
         self, query: Vectors, sources: Sequence[str] | None, limit: int
     ) -> list[ChunkRow]:
-        """The projected pass picks the best few hundred chunks, their stored vectors decide;
-        when a source filter leaves fewer than ``limit``, four times as many, and so on."""
+        """The projected pass picks the best few hundred chunks, the 8-bit residuals the best
+        RESCORED of those, their stored vectors decide; when a source filter leaves fewer than
+        ``limit``, four times as many, and so on."""
         if self.sketch is None:  # a store not opened through an Index: a sketch of its own
             self.sketch = Sketch(self.dims)
         self.sketch.refresh(self.conn)
         q = np.asarray(query, dtype=np.float32)
         n = max(first_pass(len(self.sketch)), limit * 4)
+        m = max(RESCORED, 2 * limit)
         while True:
-            groups = self.sketch.candidates(q, n)
+            found = self.sketch.candidates(q, n)
+            groups = narrowed = self.sketch.closest(q, found, m)
             # one stored vector per group decides for its copies
             vectors = self.chunk_vectors([g[0] for g in groups])
             groups = [g for g in groups if g[0] in vectors]
@@ -220,9 +223,9 @@ class SearchReads:
             exact = np.stack([vectors[g[0]] for g in groups]) @ q
             ranked = [(groups[j], float(exact[j])) for j in np.argsort(-exact, kind="stable")]
             picked = self._picked(ranked, sources, limit)
-            if len(picked) >= limit or len(groups) < n:
-                return picked
-            n *= 4
+            if len(picked) >= limit or len(narrowed) == len(found) < n:
+                return picked  # (or every vector was scored exactly)
+            m, n = 4 * m, (4 * n if len(narrowed) == len(found) else n)
 
     def _picked(
         self, ranked: list[tuple[list[int], float]], sources: Sequence[str] | None, limit: int
