@@ -99,6 +99,7 @@ class Sketch:
         self.alive = 0
         self.basis_from = 0  # vectors the principal directions were computed from
         self.loaded_with = 0  # vectors at the last load
+        self._widened = 1.0  # how far the last first pass widened, as a multiple of its n
 
     # -- keeping up with the file --------------------------------------------------------------
 
@@ -281,26 +282,30 @@ class Sketch:
         scores = rows @ q
         scores[~live] = -np.inf
         alive = int(live.sum())
-        take = n
+        # Start as wide as the last search had to go: the share of copies is the index's.
+        take = min(n * WIDEN_MAX, max(n, int(n * self._widened)))
         while True:  # widen until the best ``take`` hold n distinct vectors (or enough tries)
             if alive <= take:
                 picked = np.flatnonzero(live)
             else:
                 picked = np.argpartition(-scores, take)[:take]
-            picked = picked[np.argsort(-scores[picked], kind="stable")]
-            # one group per distinct vector, ranked by its best-scoring copy
-            _, first, group = np.unique(prints[picked], return_index=True, return_inverse=True)
-            distinct = len(first)
+            # one group per distinct vector: the picked rows in order of their bytes' hash
+            # (copies in row order: the same answer whatever order argpartition left)
+            picked.sort()
+            by_print = picked[np.argsort(prints[picked], kind="stable")]
+            sorted_prints = prints[by_print]
+            starts = np.flatnonzero(np.r_[True, sorted_prints[1:] != sorted_prints[:-1]])
+            distinct = len(starts)
             if distinct >= n or alive <= take or take >= n * WIDEN_MAX:
                 break
             # as many rows as this share of copies needs for n distinct ones, in one step
             take = min(alive, n * WIDEN_MAX, max(take * 2, take * n // max(1, distinct)))
-        rank = np.empty(distinct, dtype=np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(distinct)
-        order = picked[np.argsort(rank[group], kind="stable")]  # groups together, best first
-        sizes = np.bincount(rank[group], minlength=distinct)[:n]
-        bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-        return [ids[order[a:b]].tolist() for a, b in itertools.pairwise(bounds)]
+        self._widened = take / n
+        # groups ranked by their best-scoring copy, best first
+        best = np.maximum.reduceat(scores[by_print], starts)
+        flat = ids[by_print].tolist()
+        bounds = [*starts.tolist(), len(flat)]
+        return [flat[bounds[g] : bounds[g + 1]] for g in np.argsort(-best, kind="stable")[:n]]
 
     def closest(
         self, query: np.ndarray[Any, Any], groups: list[list[int]], m: int
@@ -313,8 +318,12 @@ class Sketch:
         q = np.asarray(query, dtype=_F32)
         with self._lock:
             rows, resid, row_of = self.rows, self.resid, self.row_of
-        at = row_of[np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups))]
+        first = np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups))
+        at = np.full(len(first), -1, dtype=np.int64)  # -1: deleted since (a compaction)
+        inside = first < len(row_of)
+        at[inside] = row_of[first[inside]]
         near = rows[at] @ (q @ self.basis) + resid[at].astype(_F32) @ ((q @ self.rest) * self.scale)
+        near[at < 0] = -np.inf
         best = np.argpartition(-near, m)[:m]
         return [groups[i] for i in best[np.argsort(-near[best], kind="stable")]]
 
@@ -363,7 +372,7 @@ def stacked(
     return ids, matrix
 
 
-def _scales(coords: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, Any]:
+def _scales(coords: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """A scale per direction that maps a quarter more than the sample's widest coordinate on it
     to 127 (vectors written later may reach a little further)."""
     widest = np.abs(coords).max(axis=0) if len(coords) else np.zeros(coords.shape[1])
