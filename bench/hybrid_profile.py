@@ -50,6 +50,7 @@ STAGES: list[tuple[str, Any, str]] = [
     ("keyword: FTS5 ranks (postings not ready)", reads_module, "top_ranked"),
     ("keyword candidates, in all", SearchReads, "keyword_candidates"),
     ("vector: the sketch's projected pass", Sketch, "candidates"),
+    ("vector: the 8-bit ranking of its best", Sketch, "closest"),
     ("vector: stored vectors read", SearchReads, "chunk_vectors"),
     ("vector: candidates' rows read", SearchReads, "chunks_by_id"),
     ("vector candidates, in all", SearchReads, "vector_candidates"),
@@ -103,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     stages = Stages(clock)
     stages.current = "hybrid"
     for label, owner, name in STAGES:
-        stages.wrap(label, owner, name)
+        if hasattr(owner, name):  # (earlier code may lack a stage)
+            stages.wrap(label, owner, name)
     try:
         for q in qs[:20]:  # warm: the sketch loads, pages come in
             search(index, q, options, embedder=given)
