@@ -57,6 +57,20 @@ def embedder(tmp_path: Path, **kwargs: object) -> ProcessEmbedder:
     return ProcessEmbedder(MODEL, threads=2, **kwargs)  # type: ignore[arg-type]
 
 
+@pytest.fixture(scope="module")
+def default_mode_crashes(tmp_path_factory: pytest.TempPathFactory) -> bool:
+    """Whether llama.cpp crashes by itself in its default settings on this CPU (the extra
+    buffer types on Intel CPUs that report AMX: SIGILL or SIGSEGV, docs of the load modes):
+    the tests that count crashes count that one too. No fault rules are set yet (a module's
+    fixtures come before a test's own)."""
+    e = embedder(tmp_path_factory.mktemp("native"))
+    try:
+        e.probe()
+        return bool(e.crashes)
+    finally:
+        e.close()
+
+
 def test_reference_vectors_come_from_another_process(tmp_path: Path) -> None:
     ref = json.loads(Path(MODEL).with_name("all-MiniLM-L6-v2.reference.json").read_text())
     e = embedder(tmp_path)
@@ -150,16 +164,19 @@ def test_crash_at_load_falls_back_to_safe_mode_and_is_remembered(tmp_path: Path,
     assert e.settings_key == again.settings_key, "a fallback must not change the index identity"
 
 
-def test_sigill_on_first_embedding_walks_both_safe_modes(tmp_path: Path, fault) -> None:  # type: ignore[no-untyped-def]
+def test_sigill_on_first_embedding_walks_both_safe_modes(
+    tmp_path: Path, fault, default_mode_crashes: bool
+) -> None:  # type: ignore[no-untyped-def]
     fault("ill:embed1:default;segv:embed1:safe")
     e = embedder(tmp_path)
     try:
         assert e.embed_batch(["hello"]).shape == (1, 384)
         assert e.mode.name == "safe-1-thread" and e.restarts == 2
-        assert e.crashes == [
-            "default settings: SIGILL",
-            "safe mode: extra buffer types off: SIGSEGV",
-        ]
+        # Where llama.cpp's default settings crash by themselves, that crash (by either
+        # signal) can come before the one asked for: the same mode fails either way.
+        first = ("SIGILL", "SIGSEGV") if default_mode_crashes else ("SIGILL",)
+        assert e.crashes[0] in [f"default settings: {sig}" for sig in first]
+        assert e.crashes[1:] == ["safe mode: extra buffer types off: SIGSEGV"]
     finally:
         e.close()
 
@@ -395,7 +412,7 @@ def test_a_query_stops_the_running_document_job_which_is_run_again(tmp_path: Pat
 
 
 def test_a_model_with_nan_scales_is_refused_at_load_and_the_chain_moves_on(
-    tmp_path: Path,
+    tmp_path: Path, default_mode_crashes: bool
 ) -> None:
     """A GGUF whose weight scales are NaN loads in llama.cpp and embeds every text to NaN
     (stored, after normalising, as all-zero vectors that match nothing): it is refused at
@@ -408,7 +425,9 @@ def test_a_model_with_nan_scales_is_refused_at_load_and_the_chain_moves_on(
         ) as err:
             e.probe()
         assert "non-finite values (NaN or infinity) in 4 of 4" in str(err.value)
-        assert e.health()["state"] == "failed" and e.restarts == 0, "a refusal is not a crash"
+        # a refusal is not a crash (the only restart is the CPU's own, where it has one)
+        assert e.health()["state"] == "failed"
+        assert e.restarts == int(default_mode_crashes), "a refusal counted as a crash"
     finally:
         e.close()
     choice = choose_embedder(
