@@ -102,22 +102,35 @@ def _fail(action: str) -> None:
 
 
 class _Idle:
-    """Runs ``action`` once no request has come for ``seconds`` since the last ``arm()``."""
+    """Runs ``action`` once no request has come for ``seconds`` since the last ``arm()``.
+
+    One thread for the worker's life: a timer thread started per embedding made every answer
+    wait for that thread's start (0.5-1 ms of a query's 3-5 on a 2-core VM whose other core
+    slept; docs/benchmarks.md)."""
 
     def __init__(self, seconds: float, action: Any) -> None:
         self.seconds, self.action = seconds, action
-        self._timer: threading.Timer | None = None
+        self._due: float | None = None
+        self._changed = threading.Condition()
+        threading.Thread(target=self._run, name="memd-worker-idle", daemon=True).start()
 
     def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        with self._changed:
+            self._due = None
 
     def arm(self) -> None:
-        self.cancel()
-        self._timer = threading.Timer(self.seconds, self.action)
-        self._timer.daemon = True
-        self._timer.start()
+        with self._changed:
+            self._due = time.monotonic() + self.seconds
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while self._due is None or time.monotonic() < self._due:
+                    wait = None if self._due is None else self._due - time.monotonic()
+                    self._changed.wait(wait)
+                self._due = None
+            self.action()
 
 
 def _die_with_parent() -> None:
@@ -163,7 +176,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 engine.load()
                 engine.allow_abort(_preemption.abort)
                 idle = _Idle(IDLE_SHRINK_S, engine.shrink)
-                result: Any = {"pid": os.getpid(), "dims": engine.dims}
+                reply: dict[str, Any] = {"ok": {"pid": os.getpid(), "dims": engine.dims}}
             elif engine is None:
                 raise ProviderUnavailable(f"{op!r} before the model was loaded")
             elif op == "embed":
@@ -171,27 +184,25 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 faults.at(f"embed{embeds}")
                 faults.at(str(request["kind"]))
                 vectors = _embed(engine, request["texts"], str(request["kind"]))
-                if idle is not None:
-                    idle.arm()
-                if vectors is None:
-                    frames.write(out, {"preempted": True})
-                    continue
-                result = {"rows": int(vectors.shape[0]), "data": vectors.tobytes()}
+                reply = (
+                    {"preempted": True}
+                    if vectors is None
+                    else {"ok": {"rows": int(vectors.shape[0]), "data": vectors.tobytes()}}
+                )
             elif op == "tokens":
                 if "texts" in request:
-                    result = [engine.count_tokens(t) for t in request["texts"]]
+                    reply = {"ok": [engine.count_tokens(t) for t in request["texts"]]}
                 else:
-                    result = engine.count_tokens(request["text"])
+                    reply = {"ok": engine.count_tokens(request["text"])}
             else:
                 raise ProviderUnavailable(f"unknown request {op!r}")
         except ProviderUnavailable as exc:
-            frames.write(out, frames.error_frame(exc))
-            continue
+            reply = frames.error_frame(exc)
         except Exception as exc:  # reported to the daemon, which keeps the worker
-            error = ProviderUnavailable(f"{type(exc).__name__}: {exc}")
-            frames.write(out, frames.error_frame(error))
-            continue
-        frames.write(out, {"ok": result})
+            reply = frames.error_frame(ProviderUnavailable(f"{type(exc).__name__}: {exc}"))
+        frames.write(out, reply)
+        if op == "embed" and idle is not None:
+            idle.arm()  # once answered: the countdown is none of the caller's wait
 
 
 def _embed(engine: LlamaEmbedder, texts: list[str], kind: str) -> Any:
