@@ -113,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     path = (sys.argv[1:] if argv is None else argv)[0]
     configure_allocator()
     limit_blas_threads()
-    if hasattr(os, "nice"):
-        os.nice(10)  # the searches first
+    # At the daemon's own priority: searches rank through FTS5 (several times slower) until
+    # the build is done, and on busy cores a niced build took minutes (docs/benchmarks.md).
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # nothing printed can corrupt the frames
     conn = connect(path, load_vec=False, readonly=True)
