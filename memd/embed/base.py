@@ -96,6 +96,12 @@ class Embedder(ABC):
             future.set_exception(exc)
         return future
 
+    def send_query(self, text: str) -> Future[Vectors] | None:
+        """Send a search query to an embedder that is idle, from the caller's thread, and return
+        at once; the future's result is its vector. None (here, always) when it cannot: the
+        query goes through :meth:`start_query`. The local model's worker can."""
+        return None
+
     def count_tokens(self, text: str) -> int:
         """Count the tokens ``text`` costs this model; an estimate unless the model can tokenize."""
         return estimate_tokens(text)

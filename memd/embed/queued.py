@@ -239,6 +239,11 @@ class QueuedEmbedder(Embedder):
     def _embed_query(self, text: str) -> Future[Vectors]:
         if self.own_threads:  # a thread of its queries' own, never behind documents
             return _with_deadline(self.inner.start_query(text), self.query_timeout, self.provider)
+        # An idle local worker takes the query from this thread: nothing to wake, and the
+        # model embeds while the caller goes on (the worker's own deadline bounds the wait).
+        sent = self.inner.send_query(text)
+        if sent is not None:
+            return sent
         future = _QueryVector(self.query_timeout, self.provider)
 
         def done(batch: Future[Vectors]) -> None:

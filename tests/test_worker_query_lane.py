@@ -1,0 +1,244 @@
+"""A search sends its query to an idle model worker itself and reads the reply when it wants
+the vector (ProcessEmbedder.send_query); every other request reads that reply before its own.
+
+Real llama.cpp in its real worker process; crashes and hangs come from the worker's test-only
+fault hook (MEMD_TEST_WORKER_FAULT), as in test_model_worker.py.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memd.embed.host import FAULT_ENV
+from memd.embed.load_modes import ModeMemory
+from memd.embed.process import ProcessEmbedder
+from memd.embed.queued import QueuedEmbedder
+from memd_client.errors import ProviderUnavailable
+
+MODEL = os.environ.get("MEMD_TEST_MODEL", "")
+pytestmark = pytest.mark.skipif(
+    not MODEL or not Path(MODEL).is_file(), reason="set MEMD_TEST_MODEL to a GGUF embedding model"
+)
+
+QUESTIONS = [
+    "where did Caroline go camping last summer",
+    "what instrument does Melanie play",
+    "when is the orion cluster visible",
+    "who painted the sunrise over the lake",
+]
+
+
+def proven(tmp_path: Path, **kwargs: object) -> ProcessEmbedder:
+    """A worker that has embedded once (on a CPU whose default mode crashes, in its safe mode):
+    the state in which it takes queries sent ahead."""
+    e = ProcessEmbedder(MODEL, threads=2, memory=ModeMemory(tmp_path / "modes.json"), **kwargs)  # type: ignore[arg-type]
+    e.embed_batch(["warm up"])
+    return e
+
+
+def test_a_query_sent_ahead_gives_the_vector_of_an_ordinary_request(tmp_path: Path) -> None:
+    e = proven(tmp_path)
+    try:
+        expected = e.embed_batch(QUESTIONS, kind="query")
+        for question, want in zip(QUESTIONS, expected, strict=True):
+            sent = e.send_query(question)
+            assert sent is not None
+            np.testing.assert_allclose(sent.result(), want, atol=1e-5)
+    finally:
+        e.close()
+
+
+def test_an_idle_worker_takes_a_search_query_without_the_queue_thread(tmp_path: Path) -> None:
+    """The search's own thread sends the request: the embedding queue's thread, which a search
+    would have to wake and which would have to win the GIL from it, is never started."""
+    inner = proven(tmp_path)
+    wrapped = QueuedEmbedder(inner)
+    try:
+        vector = wrapped.start_query(QUESTIONS[0]).result()
+        assert vector.shape == (inner.dims,)
+        assert not wrapped.worker._started, "the query went through the queue's thread"
+        again = wrapped.start_query(QUESTIONS[0])  # kept: the same text costs nothing
+        assert again.done() and np.array_equal(again.result(), vector)
+    finally:
+        wrapped.close()
+
+
+def test_every_request_reads_the_reply_of_a_query_sent_before_it(tmp_path: Path) -> None:
+    """A document job, a token count and a second query sent after a query whose reply nobody
+    read yet each get their own answer, and the first query gets its vector."""
+    e = proven(tmp_path)
+    try:
+        expected = e.embed_batch(QUESTIONS[:2], kind="query")
+        documents = ["the lake at dawn", "a camping trip in July"]
+        want_documents = e.embed_batch(documents)
+
+        sent = e.send_query(QUESTIONS[0])
+        assert sent is not None
+        np.testing.assert_allclose(e.embed_batch(documents), want_documents, atol=1e-5)
+        assert sent.done(), "the document job read the reply ahead of its own"
+        np.testing.assert_allclose(sent.result(), expected[0], atol=1e-5)
+
+        sent = e.send_query(QUESTIONS[1])
+        assert sent is not None
+        assert e.count_tokens("three words here") > 0
+        np.testing.assert_allclose(sent.result(), expected[1], atol=1e-5)
+
+        first = e.send_query(QUESTIONS[0])
+        assert first is not None
+        assert e.send_query(QUESTIONS[1]) is None, "one query in the pipe at a time"
+        np.testing.assert_allclose(first.result(), expected[0], atol=1e-5)
+    finally:
+        e.close()
+
+
+def test_a_search_that_finds_the_pipe_taken_for_a_moment_still_gets_its_vector(
+    tmp_path: Path,
+) -> None:
+    """The lock is held briefly by a query being sent, which reads no reply: the search that
+    wants its vector takes the pipe once it is free, rather than wait for a read that nobody
+    is going to do."""
+    e = proven(tmp_path)
+    try:
+        want = e.embed_batch([QUESTIONS[0]], kind="query")[0]
+        sent = e.send_query(QUESTIONS[0])
+        assert sent is not None
+        e._lock.acquire()
+        threading.Timer(0.05, e._lock.release).start()
+        np.testing.assert_allclose(sent.result(5), want, atol=1e-5)
+    finally:
+        e.close()
+
+
+def test_a_worker_busy_with_documents_leaves_the_query_to_the_queue(tmp_path: Path) -> None:
+    inner = proven(tmp_path)
+    long_text = " ".join(f"word{i} about the orion cluster" for i in range(50))
+    try:
+        running = threading.Thread(target=inner.embed_batch, args=([long_text] * 8,))
+        running.start()
+        deadline = time.monotonic() + 30
+        while not inner._lock.locked() and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        assert inner.send_query(QUESTIONS[0]) is None
+        running.join(120)
+    finally:
+        inner.close()
+
+
+def test_a_worker_that_dies_on_a_query_sent_ahead_says_so_and_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FAULT_ENV, "segv:embed2")  # each worker dies on its second embedding
+    e = proven(tmp_path)  # embed1
+    try:
+        pid = e.health()["pid"]
+        sent = e.send_query(QUESTIONS[0])  # embed2: dies
+        assert sent is not None
+        with pytest.raises(ProviderUnavailable, match=r"died \(SIGSEGV\)"):
+            sent.result()
+        assert e.health()["state"] == "restarting" and e.health()["last_exit"] == "SIGSEGV"
+        assert e.send_query(QUESTIONS[0]) is None, "no worker: the queue starts one"
+        time.sleep(1.1)
+        assert e.embed_batch(["after the backoff"]).shape == (1, 384)  # a new worker's embed1
+        assert e.health()["pid"] not in (None, pid)
+        sent = e.send_query(QUESTIONS[1])  # embed2: dies; the next request finds out first
+        assert sent is not None
+        with pytest.raises(ProviderUnavailable, match="restarting in"):
+            e.embed_batch(["a document after it"])
+        with pytest.raises(ProviderUnavailable, match=r"died \(SIGSEGV\)"):
+            sent.result()
+    finally:
+        e.close()
+
+
+def test_a_worker_that_hangs_on_a_query_sent_ahead_is_killed_at_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FAULT_ENV, "hang:embed2")
+    e = proven(tmp_path, timeout=1.0, per_text=0.0)
+    try:
+        pid = e.health()["pid"]
+        sent = e.send_query(QUESTIONS[0])
+        assert sent is not None
+        with pytest.raises(ProviderUnavailable, match="no answer within"):
+            sent.result()
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # killed and reaped
+    finally:
+        e.close()
+
+
+def test_closing_with_a_query_in_the_pipe_fails_it(tmp_path: Path) -> None:
+    e = proven(tmp_path)
+    sent = e.send_query(QUESTIONS[0])
+    assert sent is not None
+    e.close()
+    with pytest.raises(ProviderUnavailable, match="stopped"):
+        sent.result(5)
+
+
+def test_searches_and_documents_from_many_threads_each_get_their_own_vectors(
+    tmp_path: Path,
+) -> None:
+    """Invariant: however queries sent ahead, queued queries, preempted document jobs and the
+    reads of others' replies interleave, every caller gets the vectors of its own texts, and
+    nothing waits for good."""
+    inner = proven(tmp_path)
+    wrapped = QueuedEmbedder(inner)
+    rng = random.Random(7)
+    words = "lake violin harbor comet bakery tundra marathon orchid glacier lantern".split()
+    questions = [f"{q} near the {w}" for w in words[:6] for q in QUESTIONS]
+    documents = [f"{a} and {b} on day {n}" for n, (a, b) in enumerate(zip(words, words[3:]))]
+    documents *= 3
+    try:
+        want_q = dict(zip(questions, inner.embed_batch(questions, kind="query"), strict=True))
+        want_d = inner.embed_batch(documents)
+        got_q: dict[str, np.ndarray] = {}
+        got_d: list[np.ndarray] = []
+        failures: list[BaseException] = []
+
+        def search(share: list[str]) -> None:
+            try:
+                for q in share:
+                    time.sleep(rng.random() * 0.01)
+                    got_q[q] = wrapped.start_query(q).result()
+            except BaseException as exc:
+                failures.append(exc)
+
+        def index() -> None:
+            try:
+                for start in range(0, len(documents), 3):
+                    got_d.append(wrapped.embed_batch(documents[start : start + 3]))
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=index)]
+        threads += [threading.Thread(target=search, args=(questions[i::4],)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads), "a caller waits for good"
+        assert not failures, failures
+        # (A batch's size changes llama.cpp's floats a little: compared by cosine, and each
+        # vector must be nearest to its own text's.)
+        ours = np.stack([got_q[q] for q in questions])
+        theirs = np.stack([want_q[q] for q in questions])
+        assert_own(ours, theirs, questions)
+        assert_own(np.concatenate(got_d), want_d, documents)
+    finally:
+        wrapped.close()
+
+
+def assert_own(got: np.ndarray, want: np.ndarray, texts: list[str]) -> None:
+    cosines = got @ want.T
+    assert np.all(np.diag(cosines) > 0.999), np.diag(cosines).min()
+    for row, text in enumerate(texts):
+        nearest = texts[int(cosines[row].argmax())]
+        assert nearest == text, f"{text!r} got the vector of {nearest!r}"
