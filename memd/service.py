@@ -201,9 +201,18 @@ class MemoryService:
             return outcome
 
     def _search(self, ws: Workspace, query: str, options: SearchOptions) -> SearchOutcome:
+        embedder = self.embedder
+        if embedder is None:
+            return self._searched(ws, query, options, None)
+        with embedder.searching():  # searches in flight decide a local model's query cores
+            return self._searched(ws, query, options, embedder)
+
+    def _searched(
+        self, ws: Workspace, query: str, options: SearchOptions, embedder: Embedder | None
+    ) -> SearchOutcome:
         if self.readers is not None:
-            return self.readers.search(ws.index, query, options, self.embedder)
-        return search(ws.index, query, options, embedder=self.embedder)
+            return self.readers.search(ws.index, query, options, embedder)
+        return search(ws.index, query, options, embedder=embedder)
 
     def _workspace(self, ref: str | Workspace) -> Workspace:
         """The workspace a request found already, or the one a name or path names."""

@@ -75,6 +75,36 @@ def test_missing_file(tmp_path: Path) -> None:
         LlamaEmbedder(tmp_path / "absent.gguf")
 
 
+def test_a_query_takes_every_core_and_documents_half(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = bert_header(tmp_path / "tiny.gguf", dims=16, context=128, name="all-MiniLM-L6-v2")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    automatic = LlamaEmbedder(path)
+    assert (automatic.threads, automatic.query_threads) == (4, 8)
+    by_hand = LlamaEmbedder(path, threads=2)  # a limit the user set holds for queries too
+    assert (by_hand.threads, by_hand.query_threads) == (2, 2)
+    assert LlamaEmbedder(path, threads=2, query_threads=6).query_threads == 6
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert (LlamaEmbedder(path).threads, LlamaEmbedder(path).query_threads) == (1, 1)
+
+
+@needs_model
+def test_queries_and_documents_in_turn_on_their_own_thread_counts_agree() -> None:
+    """The worker switches llama.cpp's context between one thread (documents) and two (a
+    query) and back: the same text (MiniLM has no prefixes) gets the same vector either way."""
+    e = ProcessEmbedder(MODEL, threads=1, query_threads=2)
+    texts = ["the orion cluster at dawn", "Caroline went camping in July"]
+    try:
+        first = e.embed_batch(texts)
+        for _ in range(2):
+            as_queries = np.stack([e.embed_batch([t], kind="query")[0] for t in texts])
+            np.testing.assert_allclose(as_queries, e.embed_batch(texts), atol=1e-4)
+        np.testing.assert_allclose(e.embed_batch(texts), first, atol=1e-5)
+    finally:
+        e.close()
+
+
 @pytest.fixture(scope="module")
 def minilm() -> ProcessEmbedder:
     e = ProcessEmbedder(MODEL, threads=2)

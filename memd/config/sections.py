@@ -122,7 +122,8 @@ class EmbeddingConfig:
     # false: never download, `memctl model pull` does it by hand.
     auto_pull: bool = True
     pull_uri: str = ""
-    # llama.cpp threads (0: half the cores, at least 1) and texts per embedding call.
+    # llama.cpp threads for documents (0: half the cores, at least 1; a query, which a search waits
+    # for, then takes every core; a number set here holds for queries too) and texts per call.
     threads: int = 0
     batch_size: int = 32
     # Override the per-model query/document prefixes (empty: from the table keyed by GGUF name).

@@ -4,11 +4,13 @@ with the size of the jobs documents are embedded in, and what indexing asks of a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from typing import Literal, Protocol
 
 import numpy as np
@@ -101,6 +103,11 @@ class Embedder(ABC):
         at once; the future's result is its vector. None (here, always) when it cannot: the
         query goes through :meth:`start_query`. The local model's worker can."""
         return None
+
+    def searching(self) -> AbstractContextManager[None]:
+        """Count a search in flight while the block runs (the service wraps each in it): a
+        local model gives a query every core only while it is the only search."""
+        return contextlib.nullcontext()
 
     def count_tokens(self, text: str) -> int:
         """Count the tokens ``text`` costs this model; an estimate unless the model can tokenize."""

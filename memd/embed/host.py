@@ -169,6 +169,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 engine = LlamaEmbedder(
                     request["path"],
                     threads=int(request["threads"]),
+                    query_threads=int(request.get("query_threads", 0)),
                     query_prefix=request["query_prefix"],
                     document_prefix=request["document_prefix"],
                     extra_bufts=bool(request["extra_bufts"]),
@@ -183,7 +184,9 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 embeds += 1
                 faults.at(f"embed{embeds}")
                 faults.at(str(request["kind"]))
-                vectors = _embed(engine, request["texts"], str(request["kind"]))
+                # A query among others takes the documents' share of the cores, else every core.
+                threads = engine.threads if request.get("crowded") else 0
+                vectors = _embed(engine, request["texts"], str(request["kind"]), threads)
                 reply = (
                     {"preempted": True}
                     if vectors is None
@@ -205,11 +208,11 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
             idle.arm()  # once answered: the countdown is none of the caller's wait
 
 
-def _embed(engine: LlamaEmbedder, texts: list[str], kind: str) -> Any:
+def _embed(engine: LlamaEmbedder, texts: list[str], kind: str, threads: int) -> Any:
     """The vectors of ``texts``, or None when a query asked the document embedding to stop."""
     if kind == "query":
         _preemption.asked = False  # the query that asked is served now
-        return engine.embed_batch(texts, kind="query")
+        return engine.embed_batch(texts, kind="query", threads=threads)
     _preemption.armed, _preemption.fired = True, False
     try:
         return engine.embed_batch(texts, kind="document")

@@ -112,6 +112,7 @@ class LlamaEmbedder(Embedder):
         model_path: str | Path,
         *,
         threads: int = 0,
+        query_threads: int = 0,
         batch_size: int = 32,
         query_prefix: str | None = None,
         document_prefix: str | None = None,
@@ -133,7 +134,12 @@ class LlamaEmbedder(Embedder):
         self.dims = dims
         self.max_tokens = int(context) if isinstance(context, int) and context > 0 else 512
         self.batch_size = batch_size
-        self.threads = threads or max(1, (os.cpu_count() or 2) // 2)
+        # Documents take half the cores (searches and the daemon keep the rest); a query, which
+        # a search waits for, takes every core, unless the threads were set by hand.
+        cores = usable_cores()
+        self.threads = threads or max(1, cores // 2)
+        self.query_threads = query_threads or (cores if not threads else self.threads)
+        self._threads_now = self.threads  # what the context decodes with
         table = prefixes_for(meta)
         self.prefixes = Prefixes(
             table.query if query_prefix is None else query_prefix,
@@ -203,11 +209,12 @@ class LlamaEmbedder(Embedder):
             llm.close()
             raise
         logger.info(
-            "loaded %s (%d dims, %d tokens, %d threads%s)",
+            "loaded %s (%d dims, %d tokens, %d threads, %d for a query%s)",
             self.path.name,
             self.dims,
             self.max_tokens,
             self.threads,
+            self.query_threads,
             "" if self.extra_bufts else ", extra buffer types off",
         )
         self._llm = llm
@@ -246,13 +253,20 @@ class LlamaEmbedder(Embedder):
             data = (self.prefixes.document + text).encode("utf-8", "surrogatepass")
             return len(llm.tokenize(data, add_bos=True, special=False))
 
-    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+    def embed_batch(
+        self, texts: Sequence[str], *, kind: Kind = "document", threads: int = 0
+    ) -> Vectors:
+        """``threads``: llama.cpp threads for this call (0: ``query_threads`` for a query,
+        ``threads`` for documents)."""
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
         prefix = self.prefixes.query if kind == "query" else self.prefixes.document
         inputs = [prefix + t for t in texts]
         with self._lock:
             llm = self._load()
+            if not threads:
+                threads = self.query_threads if kind == "query" else self.threads
+            self._use_threads(llm, threads)
             try:
                 out = llm.embed(inputs, normalize=False, truncate=False)
             except ValueError as exc:
@@ -265,6 +279,13 @@ class LlamaEmbedder(Embedder):
         except BadVectors as exc:
             raise ProviderUnavailable(f"local model {self.path.name}: {exc}") from None
         return normalize(raw)
+
+    def _use_threads(self, llm: Any, threads: int) -> None:
+        if threads != self._threads_now:
+            import llama_cpp
+
+            llama_cpp.llama_set_n_threads(llm._ctx.ctx, threads, threads)
+            self._threads_now = threads
 
     def allow_abort(self, callback: Callable[[], bool]) -> None:
         """Have llama.cpp ask ``callback`` between the steps of a decode; True stops the decode
@@ -290,6 +311,7 @@ class LlamaEmbedder(Embedder):
                 model=llm._model, params=llm.context_params, verbose=False
             )
             old, llm._ctx = llm._ctx, fresh
+            self._threads_now = self.threads  # the fresh context's, from context_params
             old.close()  # idempotent: the Llama's own exit stack closes it again at the end
             if self._abort is not None:
                 llama_cpp.llama_set_abort_callback(fresh.ctx, self._abort, None)
@@ -303,6 +325,14 @@ class LlamaEmbedder(Embedder):
 
     def describe(self) -> str:
         return f"local:{self.path.name} ({self.dims} dims)"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the system has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def _drop_mapped_pages(path: Path) -> None:

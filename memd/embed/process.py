@@ -32,8 +32,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,24 @@ class WorkerDied(Exception):
     def __init__(self, cause: str) -> None:
         super().__init__(cause)
         self.cause = cause
+
+
+class _Count:
+    """Searches in flight in the daemon."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def one(self) -> Iterator[None]:
+        with self._lock:
+            self.count += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.count -= 1
 
 
 class _Sent(Future[Vectors]):
@@ -95,6 +114,7 @@ class ProcessEmbedder(Embedder):
         model_path: str | Path,
         *,
         threads: int = 0,
+        query_threads: int = 0,
         batch_size: int = 32,
         query_prefix: str | None = None,
         document_prefix: str | None = None,
@@ -105,7 +125,11 @@ class ProcessEmbedder(Embedder):
     ) -> None:
         # The header is read here, in the daemon; nothing is loaded until the worker starts.
         spec = LlamaEmbedder(
-            model_path, threads=threads, query_prefix=query_prefix, document_prefix=document_prefix
+            model_path,
+            threads=threads,
+            query_threads=query_threads,
+            query_prefix=query_prefix,
+            document_prefix=document_prefix,
         )
         self.path = spec.path
         self.model = spec.model
@@ -113,6 +137,7 @@ class ProcessEmbedder(Embedder):
         self.max_tokens = spec.max_tokens
         self.batch_size = batch_size
         self.threads = spec.threads
+        self.query_threads = spec.query_threads
         self.prefixes = spec.prefixes
         self._settings = spec.settings()
         self.memory = memory
@@ -127,6 +152,7 @@ class ProcessEmbedder(Embedder):
         self._loaded: subprocess.Popen[bytes] | None = None
         self._pipe: frames.Pipe | None = None
         self._sent: _Sent | None = None  # a query whose reply is still in the pipe
+        self._searches = _Count()
         self._mode = 0
         self.mode_reason = ""
         remembered = memory.get(self.memory_key) if memory else None
@@ -153,8 +179,19 @@ class ProcessEmbedder(Embedder):
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
         deadline = self.timeout + self.per_text * len(texts)
-        result = self._request({"op": "embed", "texts": list(texts), "kind": kind}, deadline)
+        result = self._request(self._embed_request(texts, kind), deadline)
         return self._vectors(result, len(texts))
+
+    def searching(self) -> AbstractContextManager[None]:
+        return self._searches.one()
+
+    def _embed_request(self, texts: Sequence[str], kind: Kind) -> dict[str, Any]:
+        """A query while other searches run takes the documents' share of the cores (the
+        searches need the rest), else every core; documents always take their share."""
+        request: dict[str, Any] = {"op": "embed", "texts": list(texts), "kind": kind}
+        if kind == "query" and self._searches.count > 1:
+            request["crowded"] = True
+        return request
 
     def send_query(self, text: str) -> Future[Vectors] | None:
         """Send ``text`` to a worker that serves and has nothing to do, and return at once;
@@ -171,7 +208,7 @@ class ProcessEmbedder(Embedder):
             timeout = self.timeout + self.per_text
             sent = _Sent(self, time.monotonic() + timeout)
             try:
-                self._pipe.send({"op": "embed", "texts": [text], "kind": "query"}, timeout)
+                self._pipe.send(self._embed_request([text], "query"), timeout)
             except frames.ChildFailed as exc:
                 with contextlib.suppress(ProviderUnavailable):
                     self._failed_pipe(exc)  # the queued query says what became of the worker
@@ -347,6 +384,7 @@ class ProcessEmbedder(Embedder):
             "op": "load",
             "path": str(self.path),
             "threads": 1 if mode.one_thread else self.threads,
+            "query_threads": 1 if mode.one_thread else self.query_threads,
             "query_prefix": self.prefixes.query,
             "document_prefix": self.prefixes.document,
             "extra_bufts": mode.extra_bufts,

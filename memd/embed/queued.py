@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -258,6 +259,9 @@ class QueuedEmbedder(Embedder):
         future.batch = self.worker.submit([text], "query")
         future.batch.add_done_callback(done)
         return future
+
+    def searching(self) -> AbstractContextManager[None]:
+        return self.inner.searching()
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
