@@ -242,3 +242,25 @@ def assert_own(got: np.ndarray, want: np.ndarray, texts: list[str]) -> None:
     for row, text in enumerate(texts):
         nearest = texts[int(cosines[row].argmax())]
         assert nearest == text, f"{text!r} got the vector of {nearest!r}"
+
+
+def test_a_query_among_other_searches_takes_the_documents_share_of_the_cores(
+    tmp_path: Path,
+) -> None:
+    """Alone, a query takes every core; while another search runs, the documents' share (the
+    searches need the rest), and its vector is the same."""
+    e = proven(tmp_path)
+    try:
+        want = e.embed_batch([QUESTIONS[0]], kind="query")[0]
+        assert "crowded" not in e._embed_request([QUESTIONS[0]], "query")
+        with e.searching():
+            assert "crowded" not in e._embed_request([QUESTIONS[0]], "query")
+            with e.searching():
+                assert e._embed_request([QUESTIONS[0]], "query")["crowded"] is True
+                assert "crowded" not in e._embed_request(["a note"], "document")
+                sent = e.send_query(QUESTIONS[0])
+                assert sent is not None
+                np.testing.assert_allclose(sent.result(), want, atol=1e-4)
+        assert "crowded" not in e._embed_request([QUESTIONS[0]], "query")
+    finally:
+        e.close()
