@@ -5,8 +5,9 @@ moved on, text byte for byte) in a MEMD_HOME of its own under --home, served by 
 the local MiniLM model. Vectors come from the embedding cache: --seed-cache names a filled one
 (every size starts from a copy of it), otherwise the first size fills it with the real model.
 For each size: the first index (vectors from the cache), single-client latency of keyword and
-hybrid search, throughput with 1, 4, 16 and 64 concurrent clients, the daemon's RSS idle and
-under load, and the index size; then each figure as a ratio of the smallest size's.
+hybrid search, throughput with 1, 4, 16 and 64 concurrent clients (no question asked twice of
+one daemon in one mode: see Questions), the daemon's RSS idle and under load, and the index
+size; then each figure as a ratio of the smallest size's.
 
 With --old DIR (a checkout of earlier code, e.g. ``git worktree add DIR COMMIT``) each size is
 also served by that code, from a home of its own, one after the other in the same run, and
@@ -98,12 +99,30 @@ class PeakRss:
         self._thread.join()
 
 
+class Questions:
+    """The questions of one run, none asked twice of a daemon in a search mode: the daemon keeps
+    recent query vectors, and a repeat would time that cache (runs before 2026-12-05 did, for
+    all their throughput figures). ``timed`` for latency, ``warm`` before it, and the rest
+    shared out among the throughput runs."""
+
+    def __init__(self, every: list[str], timed: int, warm: int = 20) -> None:
+        if timed + warm >= len(every):
+            raise SystemExit(f"--queries {timed}: the data has {len(every)} questions")
+        self.timed = every[:timed]
+        self.warm = every[len(every) - warm :]
+        self.spare = every[timed : len(every) - warm]
+
+    def shares(self, parts: int) -> list[list[str]]:
+        size = len(self.spare) // parts
+        return [self.spare[i * size : (i + 1) * size] for i in range(parts)]
+
+
 def measure(
     home: Path,
     sock: Path,
     model: str,
     copies: int,
-    questions: list[str],
+    questions: Questions,
     clients: list[int],
     code: Path | None = None,
 ) -> dict[str, Any]:
@@ -126,16 +145,17 @@ def measure(
             row["index_seconds"] = None if name in known else round(time.perf_counter() - t, 1)
             row["files"], row["chunks"] = st["files_indexed"], st["chunks"]
             row["index_mb"] = round(st["index_bytes"] / 2**20, 1)
-        timed_searches(sock, name, questions[:20], "hybrid")  # warm: model, caches, pages
+        timed_searches(sock, name, questions.warm, "hybrid")  # warm: model, caches, pages
         # Idle: 15 s without a request (memd hands memory back after 10 quiet seconds).
         time.sleep(IDLE_S)
         row["rss_idle_mb"] = round(psutil.Process(proc.pid).memory_info().rss / 2**20, 1)
         with PeakRss(proc.pid) as peak:
             for mode in ("keyword", "hybrid"):
-                row[f"{mode}_latency"] = summary(timed_searches(sock, name, questions, mode))
+                timed = timed_searches(sock, name, questions.timed, mode)
+                row[f"{mode}_latency"] = summary(timed)
                 row[f"{mode}_throughput_rps"] = {
-                    str(n): concurrent(sock, name, questions, mode, n)["throughput_rps"]
-                    for n in clients
+                    str(n): concurrent(sock, name, share, mode, n)["throughput_rps"]
+                    for n, share in zip(clients, questions.shares(len(clients)), strict=True)
                 }
         row["rss_loaded_mb"] = round(peak.peak / 2**20, 1)
         row["readers_rss_peak_mb"] = round(peak.readers_peak / 2**20, 1)
@@ -278,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     data = Path(args.data)
-    questions = [json.loads(line)["question"] for line in (data / "qrels.jsonl").open()]
-    questions = questions[: args.queries]
+    every = [json.loads(line)["question"] for line in (data / "qrels.jsonl").open()]
+    questions = Questions(every, args.queries)
     clients = [int(n) for n in args.clients.split(",")]
     root = Path(args.home or tempfile.mkdtemp(prefix="memd-scale-"))
     sock_dir = Path(tempfile.mkdtemp(prefix="memd-s-", dir="/tmp"))
@@ -298,9 +318,9 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.copyfile(seed, cache)
             row = measure(home, sock_dir / "memd.sock", args.model, copies, questions, clients)
             if queries is None:  # embedded once, for every size
-                queries = query_vectors(args.model, questions)
+                queries = query_vectors(args.model, questions.timed)
             row["vector"] = fast_path_recall(index_file(home), queries)
-            row["keyword_bound"] = keyword_bound(index_file(home), questions)
+            row["keyword_bound"] = keyword_bound(index_file(home), questions.timed)
             print(json.dumps(row), flush=True)
             rows.append(row)
             seed = seed or cache  # the first size filled it: the others start from it
@@ -331,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         **environment(),
         "code": code_state(),
         "model": Path(args.model).name,
-        "queries": len(questions),
+        "queries": len(questions.timed),
         "sizes": rows,
     }
     if old_rows:
