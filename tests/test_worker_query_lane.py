@@ -264,3 +264,37 @@ def test_a_query_among_other_searches_takes_the_documents_share_of_the_cores(
         assert "crowded" not in e._embed_request([QUESTIONS[0]], "query")
     finally:
         e.close()
+
+
+def test_a_query_takes_every_core_only_while_no_other_task_wants_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp's threads spin while they wait for each other, so a two-thread query on cores
+    that busy processes share stalls (hundreds of ms): the worker counts runnable tasks first."""
+    import subprocess
+    import sys
+
+    from memd.embed import host
+    from memd.embed.llama import LlamaEmbedder
+
+    from .gguf_fixture import bert_header
+
+    engine = LlamaEmbedder(bert_header(tmp_path / "tiny.gguf", 16, 128), threads=1, query_threads=2)
+    assert host._query_threads(engine, crowded=True) == 1
+    spin = [sys.executable, "-c", "while True: pass"]
+    busy = [subprocess.Popen(spin) for _ in range(3)]
+    try:
+        deadline = time.monotonic() + 10
+        while host._runnable() < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host._runnable() >= 3, "three spinning processes are runnable"
+        assert host._query_threads(engine, crowded=False) == 1
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    # An idle machine cannot be had on demand during a test run: the count is given here.
+    monkeypatch.setattr(host, "_runnable", lambda: 2.0)  # this worker and the searching thread
+    assert host._query_threads(engine, crowded=False) == 2
+    monkeypatch.setattr(host, "_runnable", lambda: 3.0)
+    assert host._query_threads(engine, crowded=False) == 1

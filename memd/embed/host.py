@@ -184,8 +184,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 embeds += 1
                 faults.at(f"embed{embeds}")
                 faults.at(str(request["kind"]))
-                # A query among others takes the documents' share of the cores, else every core.
-                threads = engine.threads if request.get("crowded") else 0
+                threads = _query_threads(engine, bool(request.get("crowded")))
                 vectors = _embed(engine, request["texts"], str(request["kind"]), threads)
                 reply = (
                     {"preempted": True}
@@ -206,6 +205,29 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
         frames.write(out, reply)
         if op == "embed" and idle is not None:
             idle.arm()  # once answered: the countdown is none of the caller's wait
+
+
+def _query_threads(engine: LlamaEmbedder, crowded: bool) -> int:
+    """A query's llama.cpp threads: every core (``engine.query_threads``) only when nothing
+    else wants them. llama.cpp's threads wait for each other by spinning, so one that shares a
+    core with other work stalls the rest: two busy loops made a two-thread MiniLM query take
+    844 ms against 9 on one thread (docs/benchmarks.md). Crowded (other searches in the
+    daemon), or with more tasks runnable than the query would have threads, the documents'
+    share."""
+    if crowded or engine.query_threads <= engine.threads:
+        return engine.threads
+    running = _runnable()
+    return engine.query_threads if running <= engine.query_threads else engine.threads
+
+
+def _runnable() -> float:
+    """Tasks runnable on this machine now, this worker's thread among them: the kernel's count
+    (/proc/loadavg, about 20 µs to read); elsewhere one more than the last minute's load."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return float(f.read().split()[3].split(b"/")[0])
+    except (OSError, IndexError, ValueError):
+        return 1.0 + os.getloadavg()[0]
 
 
 def _embed(engine: LlamaEmbedder, texts: list[str], kind: str, threads: int) -> Any:
