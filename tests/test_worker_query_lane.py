@@ -280,21 +280,51 @@ def test_a_query_takes_every_core_only_while_no_other_task_wants_one(
     from .gguf_fixture import bert_header
 
     engine = LlamaEmbedder(bert_header(tmp_path / "tiny.gguf", 16, 128), threads=1, query_threads=2)
-    assert host._query_threads(engine, crowded=True) == 1
+    cores = host._QueryCores()
+    assert cores.threads(engine, crowded=True) == 1
     spin = [sys.executable, "-c", "while True: pass"]
-    busy = [subprocess.Popen(spin) for _ in range(3)]
+    busy = [subprocess.Popen(spin) for _ in range(4)]
     try:
         deadline = time.monotonic() + 10
-        while host._runnable() < 3 and time.monotonic() < deadline:
+        while host._runnable() < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert host._runnable() >= 3, "three spinning processes are runnable"
-        assert host._query_threads(engine, crowded=False) == 1
+        assert host._runnable() >= 4, "four spinning processes are runnable"
+        assert cores.threads(engine, crowded=False) == 1
     finally:
         for p in busy:
             p.kill()
             p.wait()
     # An idle machine cannot be had on demand during a test run: the count is given here.
-    monkeypatch.setattr(host, "_runnable", lambda: 2.0)  # this worker and the searching thread
-    assert host._query_threads(engine, crowded=False) == 2
-    monkeypatch.setattr(host, "_runnable", lambda: 3.0)
-    assert host._query_threads(engine, crowded=False) == 1
+    monkeypatch.setattr(host, "_runnable", lambda: 3.0)  # worker, search, one more
+    assert cores.threads(engine, crowded=False) == 2
+    monkeypatch.setattr(host, "_runnable", lambda: 4.0)
+    assert cores.threads(engine, crowded=False) == 1
+
+
+def test_an_all_core_query_that_stalls_sends_the_next_ones_to_one_thread_for_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memd.embed import host
+    from memd.embed.llama import LlamaEmbedder
+
+    from .gguf_fixture import bert_header
+
+    monkeypatch.setattr(host, "_runnable", lambda: 2.0)
+    engine = LlamaEmbedder(bert_header(tmp_path / "tiny.gguf", 16, 128), threads=1, query_threads=2)
+    cores = host._QueryCores()
+    cores.took(engine, 2, chars=100, seconds=0.004)
+    cores.took(engine, 2, chars=100, seconds=0.010)  # slower, not a stall
+    cores.took(engine, 2, chars=12, seconds=0.012)  # short, yet no faster: not a stall
+    cores.took(engine, 2, chars=400, seconds=0.050)  # four times longer: in proportion
+    cores.took(engine, 1, chars=100, seconds=0.500)  # one thread: not the all-core rule's
+    assert cores.threads(engine, crowded=False) == 2
+    cores.took(engine, 2, chars=100, seconds=0.400)  # spinning threads stalled
+    assert cores.threads(engine, crowded=False) == 1
+    assert cores.until > time.monotonic() + host._QueryCores.BACK_OFF_S - 5
+    cores.until = time.monotonic() - 0.001  # the back-off is over
+    assert cores.threads(engine, crowded=False) == 2
+    cores.took(engine, 2, chars=100, seconds=0.300)  # again: twice as long a back-off
+    assert cores.until > time.monotonic() + 2 * host._QueryCores.BACK_OFF_S - 5
+    cores.until = time.monotonic() - 0.001
+    cores.took(engine, 2, chars=100, seconds=0.005)  # fine again: the back-off starts over
+    assert cores.back_off == host._QueryCores.BACK_OFF_S

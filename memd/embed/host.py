@@ -155,6 +155,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
     faults = _Faults("", "")
     embeds = 0
     idle: _Idle | None = None
+    cores = _QueryCores()
     while True:
         request = frames.read(inp)
         if request is None:
@@ -184,8 +185,14 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 embeds += 1
                 faults.at(f"embed{embeds}")
                 faults.at(str(request["kind"]))
-                threads = _query_threads(engine, bool(request.get("crowded")))
-                vectors = _embed(engine, request["texts"], str(request["kind"]), threads)
+                if request["kind"] == "query":
+                    threads = cores.threads(engine, bool(request.get("crowded")))
+                    began = time.monotonic()
+                    vectors = _embed(engine, request["texts"], "query", threads)
+                    chars = sum(len(t) for t in request["texts"])
+                    cores.took(engine, threads, chars, time.monotonic() - began)
+                else:
+                    vectors = _embed(engine, request["texts"], str(request["kind"]), 0)
                 reply = (
                     {"preempted": True}
                     if vectors is None
@@ -207,17 +214,49 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
             idle.arm()  # once answered: the countdown is none of the caller's wait
 
 
-def _query_threads(engine: LlamaEmbedder, crowded: bool) -> int:
-    """A query's llama.cpp threads: every core (``engine.query_threads``) only when nothing
-    else wants them. llama.cpp's threads wait for each other by spinning, so one that shares a
-    core with other work stalls the rest: two busy loops made a two-thread MiniLM query take
-    844 ms against 9 on one thread (docs/benchmarks.md). Crowded (other searches in the
-    daemon), or with more tasks runnable than the query would have threads, the documents'
-    share."""
-    if crowded or engine.query_threads <= engine.threads:
-        return engine.threads
-    running = _runnable()
-    return engine.query_threads if running <= engine.query_threads else engine.threads
+class _QueryCores:
+    """How many llama.cpp threads a query gets: every core (``engine.query_threads``) only
+    when nothing else wants them.
+
+    llama.cpp's threads wait for each other by spinning, so one that shares a core with other
+    work stalls the rest: on a 2-core AMD EPYC two busy loops made a two-thread MiniLM query
+    take 844 ms against 9 on one thread (docs/benchmarks.md). So a query takes the documents'
+    share when other searches run in the daemon (``crowded``), when more tasks are runnable
+    than its threads and one more (this worker's thread and the searching thread are two; a
+    third is often a moment's work of the daemon's), and for a while (``BACK_OFF_S``, doubling
+    while it happens again) after an all-core query that took ``SLOW`` times as long as the
+    fastest one (in proportion, if longer): such a stall costs hundreds of milliseconds, one
+    thread costs a query about 2 ms more.
+    """
+
+    SLOW = 4.0
+    BACK_OFF_S = 30.0  # doubling with each stall in a row, to BACK_OFF_MAX_S
+    BACK_OFF_MAX_S = 600.0
+
+    def __init__(self) -> None:
+        self.best: tuple[float, int] | None = None  # the fastest all-core query: seconds, chars
+        self.until = 0.0  # monotonic: no all-core query before this
+        self.back_off = self.BACK_OFF_S
+
+    def threads(self, engine: LlamaEmbedder, crowded: bool) -> int:
+        if crowded or engine.query_threads <= engine.threads or time.monotonic() < self.until:
+            return engine.threads
+        fits = _runnable() <= engine.query_threads + 1
+        return engine.query_threads if fits else engine.threads
+
+    def took(self, engine: LlamaEmbedder, threads: int, chars: int, seconds: float) -> None:
+        if threads <= engine.threads:
+            return
+        if self.best is None or seconds < self.best[0]:
+            self.best = (seconds, max(chars, 1))
+            return
+        # A longer text may take longer in proportion; a shorter one no less than the best.
+        best, best_chars = self.best
+        if seconds > self.SLOW * best * max(1.0, chars / best_chars):
+            self.until = time.monotonic() + self.back_off
+            self.back_off = min(self.BACK_OFF_MAX_S, 2 * self.back_off)
+        else:
+            self.back_off = self.BACK_OFF_S
 
 
 def _runnable() -> float:
