@@ -15,7 +15,12 @@ report then gives p95 over p50 too.
 
     python bench/alternate_bench.py --home DIR/size-25 --old CHECKOUT [--mode hybrid]
                                     [--reps 4] [--busy N] [--old-home COPY] [--settle]
+                                    [--quiet-start S]
                                     [--json OUT]
+
+``--quiet-start S`` waits S seconds after the warm-up before measuring: a daemon just started
+checks its files and loads its caches, and the model worker gives a query every core only
+while nothing else runs (memd/embed/host.py), so the first minute is a regime of its own.
 
 ``--settle`` starts measuring once the daemon's keyword postings are built (status
 ``fts.ranking``): at 100,000 chunks a fresh daemon ranks through FTS5 for its first 10-20 s.
@@ -55,7 +60,14 @@ from socket_bench import (  # noqa: E402
 
 
 def one_run(
-    home: Path, sock: Path, model: str, code: Path, mode: str, qs: list[str], settle: bool
+    home: Path,
+    sock: Path,
+    model: str,
+    code: Path,
+    mode: str,
+    qs: list[str],
+    settle: bool,
+    quiet_start: float = 0.0,
 ) -> dict[str, Any]:
     proc = start_daemon(home, sock, "local", model, code=code)
     try:
@@ -64,6 +76,7 @@ def one_run(
         # of recent queries (memd/embed/queued.py), and a repeat would time that cache.
         warm, timed, one_q, burst, many = fresh_slices(qs, 30, 200, 200, 100, 200)
         timed_searches(sock, "scale", warm, "hybrid")  # warm: model, caches, pages
+        time.sleep(quiet_start)
         latency = summary(timed_searches(sock, "scale", timed, mode))
         one = concurrent(sock, "scale", one_q, mode, 1)["throughput_rps"]
         # Sessions that overlap start memd's reader processes (memd/readers): a short burst
@@ -105,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=str(SHARED / "models" / "all-MiniLM-L6-v2.Q8_0.gguf"))
     ap.add_argument("--busy", type=int, default=0, help="spinning processes during the runs")
     ap.add_argument(
+        "--quiet-start", type=float, default=0.0, help="seconds to wait after the warm-up"
+    )
+    ap.add_argument(
         "--settle",
         action="store_true",
         help="measure once the keyword postings are built (the steady state), not from the start",
@@ -137,7 +153,9 @@ def measure(args: argparse.Namespace, *, busy: int) -> int:
         order = ["old", "new"] if rep % 2 == 0 else ["new", "old"]
         for name in order:
             home = Path(args.old_home if name == "old" and args.old_home else args.home)
-            run = one_run(home, sock, args.model, codes[name], args.mode, qs, args.settle)
+            run = one_run(
+                home, sock, args.model, codes[name], args.mode, qs, args.settle, args.quiet_start
+            )
             runs[name].append(run)
             print(rep, name, json.dumps(run), flush=True)
     medians = {
@@ -162,6 +180,7 @@ def measure(args: argparse.Namespace, *, busy: int) -> int:
         "reps": args.reps,
         "busy_processes": busy,
         "settle": args.settle,
+        "quiet_start_s": args.quiet_start,
         "runs": runs,
         "medians": medians,
     }

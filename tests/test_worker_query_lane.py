@@ -314,6 +314,7 @@ def test_an_all_core_query_that_stalls_sends_the_next_ones_to_one_thread_for_a_w
     cores = host._QueryCores()
     cores.took(engine, 2, chars=100, seconds=0.004)
     cores.took(engine, 2, chars=100, seconds=0.010)  # slower, not a stall
+    cores.took(engine, 2, chars=100, seconds=0.028)  # a wake-up, a page fault: not a stall
     cores.took(engine, 2, chars=12, seconds=0.012)  # short, yet no faster: not a stall
     cores.took(engine, 2, chars=400, seconds=0.050)  # four times longer: in proportion
     cores.took(engine, 1, chars=100, seconds=0.500)  # one thread: not the all-core rule's

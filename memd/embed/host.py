@@ -224,12 +224,15 @@ class _QueryCores:
     share when other searches run in the daemon (``crowded``), when more tasks are runnable
     than its threads and one more (this worker's thread and the searching thread are two; a
     third is often a moment's work of the daemon's), and for a while (``BACK_OFF_S``, doubling
-    while it happens again) after an all-core query that took ``SLOW`` times as long as the
-    fastest one (in proportion, if longer): such a stall costs hundreds of milliseconds, one
-    thread costs a query about 2 ms more.
+    while it happens again) after an all-core query that stalled: ``SLOW`` times as long as the
+    fastest one (in proportion, if longer) and ``STALL_S`` more. Such a stall costs tens to
+    hundreds of milliseconds, one thread about 2 ms a query; a query of 10 ms where the
+    fastest took 2 is a wake-up or a page fault, not a stall (in a quiet daemon, a factor of 4
+    alone sent 96 % of the queries to one thread).
     """
 
-    SLOW = 4.0
+    SLOW = 8.0  # a stall: this many times the expected time, and STALL_S more
+    STALL_S = 0.025
     BACK_OFF_S = 30.0  # doubling with each stall in a row, to BACK_OFF_MAX_S
     BACK_OFF_MAX_S = 600.0
 
@@ -252,7 +255,8 @@ class _QueryCores:
             return
         # A longer text may take longer in proportion; a shorter one no less than the best.
         best, best_chars = self.best
-        if seconds > self.SLOW * best * max(1.0, chars / best_chars):
+        expected = best * max(1.0, chars / best_chars)
+        if seconds > max(self.SLOW * expected, expected + self.STALL_S):
             self.until = time.monotonic() + self.back_off
             self.back_off = min(self.BACK_OFF_MAX_S, 2 * self.back_off)
         else:
