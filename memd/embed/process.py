@@ -18,8 +18,8 @@ runs in a child process (memd/embed/host.py, started with exec, not fork), and t
   keyword half, and no other thread has to be woken, nor win the GIL from that search, before
   the request leaves (1.5 ms of a 3.5 ms query on 2 cores; docs/benchmarks.md).
 
-Those are one state machine (starting, loading, serving, dead, backing off) whose parts share
-every field.
+Over 400 lines: those are one state machine (starting, loading, serving, dead, backing off)
+whose parts share every field (the lock, the process, its pipe, the query in flight).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -44,6 +44,7 @@ from memd import frames
 from memd.embed.base import BadVectors, Embedder, Kind, Preempted, Vectors, check_vectors
 from memd.embed.llama import LlamaEmbedder
 from memd.embed.load_modes import _MODE_INDEX, MODES, LoadMode, ModeMemory, cpu_signature
+from memd.embed.sent import Searches, SentQuery
 from memd_client.errors import ProviderUnavailable, from_wire
 
 __all__ = ["ProcessEmbedder"]
@@ -61,41 +62,6 @@ class WorkerDied(Exception):
     def __init__(self, cause: str) -> None:
         super().__init__(cause)
         self.cause = cause
-
-
-class _Count:
-    """Searches in flight in the daemon."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    @contextlib.contextmanager
-    def one(self) -> Iterator[None]:
-        with self._lock:
-            self.count += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self.count -= 1
-
-
-class _Sent(Future[Vectors]):
-    """A query sent to the worker, its reply not read yet. Whoever takes the pipe next reads it
-    first: the search that sent it, when it wants the vector, or any request after it (a
-    document job, another query), so the pipe is not held while the search does other work."""
-
-    def __init__(self, owner: ProcessEmbedder, deadline: float) -> None:
-        super().__init__()
-        self.owner = owner
-        self.deadline = deadline  # monotonic: the worker is taken for hung after it
-        self.set_running_or_notify_cancel()
-
-    def result(self, timeout: float | None = None) -> Vectors:
-        if not self.done():
-            self.owner._collect(self, timeout)
-        return super().result(timeout)
 
 
 class ProcessEmbedder(Embedder):
@@ -151,8 +117,8 @@ class ProcessEmbedder(Embedder):
         # The worker that has loaded its model, and so handles SIGUSR1 (before, it would die).
         self._loaded: subprocess.Popen[bytes] | None = None
         self._pipe: frames.Pipe | None = None
-        self._sent: _Sent | None = None  # a query whose reply is still in the pipe
-        self._searches = _Count()
+        self._sent: SentQuery | None = None  # a query whose reply is still in the pipe
+        self._searches = Searches()
         self._mode = 0
         self.mode_reason = ""
         remembered = memory.get(self.memory_key) if memory else None
@@ -206,7 +172,7 @@ class ProcessEmbedder(Embedder):
             if self._sent is not None:
                 return None
             timeout = self.timeout + self.per_text
-            sent = _Sent(self, time.monotonic() + timeout)
+            sent = SentQuery(self, time.monotonic() + timeout)
             try:
                 self._pipe.send(self._embed_request([text], "query"), timeout)
             except frames.ChildFailed as exc:
@@ -218,7 +184,7 @@ class ProcessEmbedder(Embedder):
         finally:
             self._lock.release()
 
-    def _collect(self, sent: _Sent, timeout: float | None) -> None:
+    def collect(self, sent: SentQuery, timeout: float | None) -> None:
         """Read the reply to ``sent``, or, while another request holds the pipe, wait for it to
         do so: every request reads the reply sent ahead before its own (:meth:`_drain`)."""
         end = None if timeout is None else time.monotonic() + timeout
