@@ -51,6 +51,7 @@ from socket_bench import (  # noqa: E402
     code_state,
     concurrent,
     environment,
+    fresh_slices,
     spinning,
     start_daemon,
     stop_daemon,
@@ -92,17 +93,6 @@ def one_run(
         "rps_16": sixteen,
         "ratio_16": round(sixteen / one, 2),
     }
-
-
-def fresh_slices(qs: list[str], *sizes: int) -> list[list[str]]:
-    """``qs`` cut into consecutive slices of ``sizes``: no question in two of them."""
-    if sum(sizes) > len(qs):
-        raise SystemExit(f"{sum(sizes)} distinct questions needed, {len(qs)} in the data")
-    out, at = [], 0
-    for size in sizes:
-        out.append(qs[at : at + size])
-        at += size
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -57,6 +57,7 @@ from socket_bench import (  # noqa: E402
     code_state,
     concurrent,
     environment,
+    fresh_slices,
     start_daemon,
     stop_daemon,
     summary,
@@ -108,13 +109,11 @@ class Questions:
     def __init__(self, every: list[str], timed: int, warm: int = 20) -> None:
         if timed + warm >= len(every):
             raise SystemExit(f"--queries {timed}: the data has {len(every)} questions")
-        self.timed = every[:timed]
-        self.warm = every[len(every) - warm :]
-        self.spare = every[timed : len(every) - warm]
+        spare = len(every) - timed - warm
+        self.timed, self.spare, self.warm = fresh_slices(every, timed, spare, warm)
 
     def shares(self, parts: int) -> list[list[str]]:
-        size = len(self.spare) // parts
-        return [self.spare[i * size : (i + 1) * size] for i in range(parts)]
+        return fresh_slices(self.spare, *[len(self.spare) // parts] * parts)
 
 
 def measure(

@@ -207,6 +207,18 @@ def wait_indexed(c: memd_client.Client, ws: str, *, vectors: bool) -> dict[str, 
         time.sleep(1)
 
 
+def fresh_slices(qs: list[str], *sizes: int) -> list[list[str]]:
+    """``qs`` cut into consecutive slices of ``sizes``: no question in two of them (the daemon keeps
+    recent query vectors: a question asked again would time that cache)."""
+    if sum(sizes) > len(qs):
+        raise SystemExit(f"{sum(sizes)} distinct questions needed, {len(qs)} in the data")
+    out, at = [], 0
+    for size in sizes:
+        out.append(qs[at : at + size])
+        at += size
+    return out
+
+
 def timed_searches(sock: Path, ws: str, questions: list[str], mode: str) -> list[float]:
     out = []
     with memd_client.connect(sock) as c:
