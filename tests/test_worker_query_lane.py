@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from memd.embed.host import FAULT_ENV
 from memd.embed.load_modes import ModeMemory
 from memd.embed.process import ProcessEmbedder
 from memd.embed.queued import QueuedEmbedder
+from memd.embed.sent import SentQuery
 from memd_client.errors import ProviderUnavailable
 
 MODEL = os.environ.get("MEMD_TEST_MODEL", "")
@@ -329,3 +336,85 @@ def test_an_all_core_query_that_stalls_sends_the_next_ones_to_one_thread_for_a_w
     cores.until = time.monotonic() - 0.001
     cores.took(engine, 2, chars=100, seconds=0.005)  # fine again: the back-off starts over
     assert cores.back_off == host._QueryCores.BACK_OFF_S
+
+
+LANE_TEXTS = ["the lake at dawn", "a violin in the harbor", "camping in July", *QUESTIONS]
+LANE_REFERENCE: dict[str, np.ndarray] = {}
+LANE_DOCUMENTS: dict[str, np.ndarray] = {}
+
+
+class QueryLane(RuleBasedStateMachine):
+    """Generated sequences of queries sent ahead, their collection (now, later, never), queued
+    queries, document jobs and token counts on one real worker. Invariants: each answer is the
+    vector of its own text, at most one reply waits in the pipe, and nothing waits for good."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="memd-lane-"))
+        self.inner = proven(self.dir)
+        self.wrapped = QueuedEmbedder(self.inner)
+        self.pending: list[tuple[str, Future[np.ndarray]]] = []
+
+    @rule(n=st.integers(0, len(LANE_TEXTS) - 1))
+    def send(self, n: int) -> None:
+        sent = self.inner.send_query(LANE_TEXTS[n])
+        if sent is not None:
+            self.pending.append((LANE_TEXTS[n], sent))
+
+    @rule(n=st.integers(0, len(LANE_TEXTS) - 1))
+    def search(self, n: int) -> None:  # as a search does: the queue's path if the worker is busy
+        self.pending.append((LANE_TEXTS[n], self.wrapped.start_query(LANE_TEXTS[n])))
+
+    @rule(data=st.data())
+    def collect(self, data: st.DataObject) -> None:
+        if self.pending:
+            text, future = self.pending.pop(data.draw(st.integers(0, len(self.pending) - 1)))
+            assert_own(future.result(30)[None, :], LANE_REFERENCE[text][None, :], [text])
+
+    @rule(n=st.integers(0, len(LANE_TEXTS) - 1))
+    def documents(self, n: int) -> None:
+        got = self.wrapped.embed_batch(LANE_TEXTS[n:] + LANE_TEXTS[:n])
+        texts = LANE_TEXTS[n:] + LANE_TEXTS[:n]
+        assert_own(got, np.stack([LANE_DOCUMENTS[t] for t in texts]), texts)
+
+    @rule()
+    def tokens(self) -> None:
+        assert self.inner.count_tokens("three words here") > 0
+
+    @invariant()
+    def one_reply_in_the_pipe_at_most(self) -> None:
+        waiting = [f for _, f in self.pending if isinstance(f, SentQuery) and not f.done()]
+        assert len(waiting) <= 1
+
+    def teardown(self) -> None:
+        try:
+            for text, future in self.pending:
+                assert_own(future.result(30)[None, :], LANE_REFERENCE[text][None, :], [text])
+        finally:
+            self.wrapped.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def lane_reference(tmp_path_factory: pytest.TempPathFactory) -> None:
+    e = proven(tmp_path_factory.mktemp("lane"))
+    try:
+        queries = np.stack([e.embed_batch([t], kind="query")[0] for t in LANE_TEXTS])
+        documents = e.embed_batch(LANE_TEXTS)
+    finally:
+        e.close()
+    LANE_REFERENCE.update(zip(LANE_TEXTS, queries, strict=True))
+    LANE_DOCUMENTS.update(zip(LANE_TEXTS, documents, strict=True))
+
+
+@pytest.mark.usefixtures("lane_reference")
+def test_query_lane_sequences() -> None:
+    run_state_machine_as_test(
+        QueryLane,
+        settings=settings(
+            max_examples=8,
+            stateful_step_count=20,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
