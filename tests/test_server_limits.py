@@ -68,6 +68,33 @@ def test_a_client_over_the_limit_gets_busy_as_the_reply_to_its_request(sock: Pat
         server.stop()
 
 
+def test_stop_ends_the_threads_answering_clients_over_the_limit(sock: Path) -> None:
+    """A client over the limit that has sent nothing holds a thread waiting for its request;
+    stopping the server closes that connection and joins the thread, as for served clients."""
+    server = serving(sock, max_connections=1)
+    held = memd_client.connect(sock, timeout=5)
+    waiting: list[socket.socket] = []
+    try:
+        assert held.call("hello")["method"] == "hello"
+        for _ in range(3):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(sock))
+            waiting.append(s)
+        wait_for(
+            lambda: sum(t.name == "memd-busy" for t in threading.enumerate()) == 3,
+            "three threads for the clients over the limit",
+            5,
+        )
+    finally:
+        server.stop()
+    assert not [t for t in threading.enumerate() if t.name == "memd-busy"]
+    for s in waiting:
+        s.settimeout(5)
+        assert s.recv(16) == b"", "a turned-away client was left open"
+        s.close()
+    held.close()
+
+
 def test_a_thread_the_system_refuses_closes_that_client_and_the_server_goes_on(
     sock: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -131,6 +131,7 @@ class Server:
         self.closed_bad = 0
         self._bound: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket we bound
         self._busy_slots = threading.BoundedSemaphore(BUSY_THREADS)
+        self._turned_away: dict[threading.Thread, socket.socket] = {}  # until their thread ends
         self.outbox = Outbox(write_timeout=write_timeout)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -208,7 +209,9 @@ class Server:
             self._sock = None
         self._unlink_own_socket()
         with self._lock:
-            clients = list(self._clients.values())
+            clients = list(self._clients.values()) + [
+                (conn, thread) for thread, conn in self._turned_away.items()
+            ]
         for conn, _ in clients:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -337,10 +340,17 @@ class Server:
                 if not admitted:
                     conn.close()
                     self._busy_slots.release()
+                with self._lock:
+                    self._turned_away.pop(threading.current_thread(), None)
 
+        thread = threading.Thread(target=answer, name="memd-busy", daemon=True)
+        with self._lock:
+            self._turned_away[thread] = conn
         try:
-            threading.Thread(target=answer, name="memd-busy", daemon=True).start()
+            thread.start()
         except RuntimeError:  # no thread to spare: closed unanswered, as past BUSY_THREADS
+            with self._lock:
+                self._turned_away.pop(thread, None)
             conn.close()
             self._busy_slots.release()
 
