@@ -6,12 +6,16 @@ merge rules offline on two splits of the conversations: the constants are chosen
 split (26, 30, 41) and must hold on the held-out split (42, 43), which played no part in
 choosing them.
 
-    python bench/fusion_study.py --home DIR --model GGUF [--json OUT]
+    python bench/fusion_study.py --home DIR --model GGUF [--json OUT] [--lines] [--dates]
+
+``--dates`` adds the step that ranks the daily logs of the dates a question names higher
+(memd/search/when.py) to memd's rule, at several weights and widths.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import pickle
@@ -27,6 +31,7 @@ from memd.embed.process import ProcessEmbedder
 from memd.index.index import Index
 from memd.index.store import ChunkRow
 from memd.search.keyword import bm25_to_score, keyword_match
+from memd.search.when import closeness, named_dates
 from memd.text import tokens_among
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -137,14 +142,43 @@ def rule_rrf(k: float, w: float) -> Rule:
     return rule
 
 
+@dataclass
+class Dated:
+    """memd.search's date step over ``rule``: a daily log's score plus ``weight`` × its
+    closeness to the dates the question names (memd divides by 1 + weight: the same order)."""
+
+    rule: Rule
+    weight: float
+    width: int
+
+    def __call__(self, cands: list[Cand], question: str) -> list[float]:
+        scores = self.rule(cands)
+        names = named_dates(question, datetime.date.today())
+        if not names:
+            return scores
+        near = []
+        for c in cands:
+            day = daily_day(c.path)
+            near.append(closeness(names, day, self.width) if day else 0.0)
+        return [s + self.weight * n for s, n in zip(scores, near)]
+
+
+def daily_day(path: str) -> datetime.date | None:
+    name = path.rsplit("/", 1)[-1]
+    try:
+        return datetime.date.fromisoformat(name[:10]) if path.startswith("memory/") else None
+    except ValueError:
+        return None
+
+
 def evaluate(
-    rule: Rule, questions: list[dict[str, Any]], pool: dict[str, list[Cand]]
+    rule: Rule | Dated, questions: list[dict[str, Any]], pool: dict[str, list[Cand]]
 ) -> dict[str, float]:
     hits = {1: 0, 5: 0, 10: 0}
     rr = 0.0
     for q in questions:
         cands = pool[q["qid"]]
-        scores = rule(cands)
+        scores = rule(cands, q["question"]) if isinstance(rule, Dated) else rule(cands)
         order = sorted(range(len(cands)), key=lambda i: (-scores[i], cands[i].path, cands[i].start))
         ranked = [cands[i] for i in order][:10]
         evidence = [(e["path"], e["line"]) for e in q["evidence"]]
@@ -284,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default="")
     ap.add_argument("--lines", action="store_true", help="also score one vector per line")
     ap.add_argument("--pool", default="", help="keep the candidates in this file between runs")
+    ap.add_argument("--dates", action="store_true", help="also score the date step")
     args = ap.parse_args(argv)
     qrels = [json.loads(line) for line in (Path(args.data) / "qrels.jsonl").open()]
     indexes = {}
@@ -304,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "hold": [q for q in qrels if q["conv"] in HOLD],
         "all": qrels,
     }
-    rules: dict[str, Rule] = {"keyword": rule_keyword, "vector": rule_vector}
+    rules: dict[str, Rule | Dated] = {"keyword": rule_keyword, "vector": rule_vector}
     for w in (0.1, 0.2, 0.3, 0.4, 0.5):
         rules[f"linear w={w}"] = rule_linear(w)
     for k in (10, 30, 60):
@@ -319,6 +354,13 @@ def main(argv: list[str] | None = None) -> int:
                 rules[f"kw+line rrf k={k} w={w}"] = rule_kw_line_rrf(k, w)
         for a, b in ((0.0, 0.2), (0.1, 0.1), (0.1, 0.2), (0.1, 0.3), (0.2, 0.2), (0.2, 0.3)):
             rules[f"kw+chunk {a}+pair {b}"] = rule_kw_chunk_pair(a, b)
+    if args.dates:
+        memd_rule = rule_kw_chunk_pair(0.1, 0.2) if args.lines else rule_linear(0.3)
+        for weight in (0.2, 0.3, 0.4, 0.5, 0.7):
+            for width in (3, 7, 14):
+                rules[f"memd+date {weight} {width}d"] = Dated(memd_rule, weight, width)
+        for weight in (0.2, 0.4):
+            rules[f"keyword+date {weight} 7d"] = Dated(rule_keyword, weight, 7)
     table = {
         name: {s: evaluate(rule, qs, pool) for s, qs in split.items()}
         for name, rule in rules.items()

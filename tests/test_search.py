@@ -24,6 +24,7 @@ from memd.index.sync import Syncer
 from memd.search import search
 from memd.search.keyword import bm25_to_score, keyword_match
 from memd.search.options import SearchOptions
+from memd.search.when import DATE_WEIGHT
 from memd.text import mmr_tokens, tokens_among
 
 from .conftest import WriteFile
@@ -232,6 +233,50 @@ def test_temporal_decay_prefers_recent_daily_logs_but_not_evergreen(
     assert by_path[f"memory/{today}.md"] > 0.5
     flat_scores = {h.path: h.score for h in flat.results}
     assert by_path["MEMORY.md"] == pytest.approx(flat_scores["MEMORY.md"])
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_the_daily_logs_of_a_named_date_rank_first(
+    syncer: Syncer, index: Index, write: WriteFile, fake: FakeEmbedder, mode: str
+) -> None:
+    """The same words, capitalised so that they name a month or not: only the logs' order and
+    scores change, the named month's logs come first, and every score stays within [0, 1]."""
+    write("memory/2024-03-03.md", "Deployed the billing service to staging.\n")
+    write("memory/2024-05-20.md", "Deployed the billing service to staging.\n")
+    write("memory/2024-06-04.md", "Deployed the billing service to production.\n")
+    write("MEMORY.md", "The billing service deploys from the release branch.\n")
+    syncer.sync()
+    embedder = None if mode == "keyword" else fake
+    options = opts(mode=mode, min_score=0.0)
+    plain = search(index, "billing deploy in may", options, embedder=embedder)
+    dated = search(index, "billing deploy in May", options, embedder=embedder)
+    assert paths(plain)[0] == "memory/2024-03-03.md"  # the same text: the path decides
+    assert paths(dated)[0] == "memory/2024-05-20.md"
+    assert sorted(paths(plain)) == sorted(paths(dated))
+    before = {h.path: h.score for h in plain.results}
+    after = {h.path: h.score for h in dated.results}
+    assert all(0.0 <= s <= 1.0 for s in after.values())
+    # four days after May: part of the way, and ahead of March's log
+    assert after["memory/2024-06-04.md"] > after["memory/2024-03-03.md"]
+    assert before["memory/2024-06-04.md"] <= before["memory/2024-03-03.md"]
+    if mode != "keyword":  # (keyword scores over 1 are cut to 1 after ranking)
+        # a file that is not a daily log gets nothing from the date: it only shares the scale
+        assert after["MEMORY.md"] == pytest.approx(before["MEMORY.md"] / (1 + DATE_WEIGHT))
+
+
+def test_a_named_date_far_from_every_log_changes_nothing(
+    syncer: Syncer, index: Index, write: WriteFile
+) -> None:
+    write("memory/2024-03-03.md", "Deployed the billing service to staging.\n")
+    write("memory/2024-05-20.md", "Deployed the billing service on a Monday.\n")
+    syncer.sync()
+    plain = search(
+        index, "billing deploy march 1990", opts(mode="keyword", min_score=0.0), embedder=None
+    )
+    dated = search(
+        index, "billing deploy March 1990", opts(mode="keyword", min_score=0.0), embedder=None
+    )
+    assert [(h.path, h.score) for h in plain.results] == [(h.path, h.score) for h in dated.results]
 
 
 def test_mmr_spreads_near_duplicates(syncer: Syncer, index: Index, write: WriteFile) -> None:

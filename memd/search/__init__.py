@@ -6,12 +6,15 @@ docs/benchmarks.md; its steps are the package's modules:
 - options.py: SearchOptions, one search's knobs;
 - keyword.py: the MATCH expression, BM25 scores and the keyword boost;
 - fusion.py: the vector half, merged with the keyword half;
-- finish.py: decay, MMR and the thresholds that end each mode's list;
+- when.py: the days and months a query names, for the daily logs of those days;
+- finish.py: dates, decay, MMR and the thresholds that end each mode's list;
 - hits.py: Hit and SearchOutcome, what a search gives back.
 """
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 
@@ -24,6 +27,7 @@ from memd.search.fusion import _merge
 from memd.search.hits import Hit, SearchOutcome
 from memd.search.keyword import keyword_match
 from memd.search.options import Mode, SearchOptions
+from memd.search.when import Named, named_dates
 
 __all__ = ["search"]
 
@@ -63,6 +67,7 @@ def search(
         qvec_future = (
             (started or embedder.start_query(query)) if mode != "keyword" and embedder else None
         )
+        names = named_dates(query, datetime.date.fromtimestamp(time.time() if now is None else now))
         match, boost_terms = keyword_match(query, store.reads.doc_freqs)
         keyword_rows: list[ChunkRow] = []
         if mode != "vector" and match:
@@ -79,10 +84,10 @@ def search(
                     )
         waiting = qvec_future is not None and not qvec_future.done()
         if qvec_future is None:
-            hits = _keyword_only(store, keyword_rows, boost_terms, options, now)
+            hits = _keyword_only(store, keyword_rows, boost_terms, options, now, names)
         elif not waiting:
             hits = _vector_half(
-                store, qvec_future.result(), keyword_rows, boost_terms, options, mode, now
+                store, qvec_future.result(), keyword_rows, boost_terms, options, mode, now, names
             )
     if waiting:
         assert qvec_future is not None
@@ -91,7 +96,7 @@ def search(
         # snapshot; it looks chunks up by id, and one removed meanwhile only loses its vector.
         qvec = qvec_future.result()
         with index.reader() as store:
-            hits = _vector_half(store, qvec, keyword_rows, boost_terms, options, mode, now)
+            hits = _vector_half(store, qvec, keyword_rows, boost_terms, options, mode, now, names)
     for hit in hits:
         hit.window(boost_terms, options.snippet_chars)
     return SearchOutcome(hits, mode, provider, model, note)
@@ -105,11 +110,12 @@ def _vector_half(
     options: SearchOptions,
     mode: Mode,
     now: float | None,
+    names: tuple[Named, ...],
 ) -> list[Hit]:
     """Hybrid or vector hits: the vector candidates, merged with the keyword ones."""
     vector_rows = store.reads.vector_candidates(qvec, options.sources, options.candidates)
     hits = _merge(store, qvec, vector_rows, keyword_rows, terms, options, hybrid=mode == "hybrid")
-    return _finish(store, hits, options, now)
+    return _finish(store, hits, options, now, names)
 
 
 def _why_no_vectors(embedder: Embedder | None, identity: object, store: Store) -> str | None:

@@ -1,5 +1,5 @@
-"""The last steps of a ranking: decay by age, order, MMR diversity and the score thresholds,
-for the keyword-only list and for the hybrid or vector one.
+"""The last steps of a ranking: the days a query names, decay by age, order, MMR diversity and
+the score thresholds, for the keyword-only list and for the hybrid or vector one.
 
 The two endings sit side by side because they differ only in their thresholds (a keyword-only
 list keeps its best hits when none passes; a hybrid one keeps exact keyword hits).
@@ -17,6 +17,7 @@ from memd.index.store import Store
 from memd.search.hits import Hit
 from memd.search.keyword import _boost, _keyword_hits
 from memd.search.options import SearchOptions
+from memd.search.when import DATE_WEIGHT, Named, closeness
 from memd.text import mmr_tokens
 
 DAY = 86_400.0
@@ -28,6 +29,7 @@ def _keyword_only(
     terms: Sequence[str],
     options: SearchOptions,
     now: float | None,
+    names: tuple[Named, ...] = (),
 ) -> list[Hit]:
     found: dict[int, set[str]] = {}
     hits = _keyword_hits(rows, terms, options, found)
@@ -35,6 +37,7 @@ def _keyword_only(
     for hit in hits:
         row = by_id[hit.chunk_id]
         hit.score = _boost(hit, row.text, found[hit.chunk_id], row.words, terms)
+    _dated(store, hits, names)
     _decay(store, hits, options, now)
     hits.sort(key=lambda h: (-h.score, -h.text_score, h.path, h.start_line))
     if options.mmr:
@@ -45,7 +48,14 @@ def _keyword_only(
     return kept[: options.max_results]
 
 
-def _finish(store: Store, hits: list[Hit], options: SearchOptions, now: float | None) -> list[Hit]:
+def _finish(
+    store: Store,
+    hits: list[Hit],
+    options: SearchOptions,
+    now: float | None,
+    names: tuple[Named, ...] = (),
+) -> list[Hit]:
+    _dated(store, hits, names)
     _decay(store, hits, options, now)
     hits.sort(key=lambda h: (-h.score, h.path, h.start_line))
     if options.mmr:
@@ -55,6 +65,23 @@ def _finish(store: Store, hits: list[Hit], options: SearchOptions, now: float | 
         # Exact keyword hits are never silently dropped by the hybrid threshold.
         kept = [h for h in hits if h.keyword]
     return kept[: options.max_results]
+
+
+def _dated(store: Store, hits: list[Hit], names: tuple[Named, ...]) -> None:
+    """Rank the daily logs of the days and months the query names higher: each hit's score
+    becomes (score + DATE_WEIGHT × closeness) / (1 + DATE_WEIGHT), which keeps it within the
+    range it had, when any hit is a log within DATE_WIDTH_DAYS of a named date."""
+    if not names or not hits:
+        return
+    ages = store.reads.file_ages(h.path for h in hits)
+    near: dict[str, float] = {}
+    for path, (kind, day, _) in ages.items():
+        if kind == "daily" and day:
+            near[path] = closeness(names, date.fromisoformat(day))
+    if not any(near.values()):
+        return
+    for hit in hits:
+        hit.score = (hit.score + DATE_WEIGHT * near.get(hit.path, 0.0)) / (1 + DATE_WEIGHT)
 
 
 def _decay(store: Store, hits: list[Hit], options: SearchOptions, now: float | None) -> None:
