@@ -175,3 +175,19 @@ def test_append_holds_flush_writes_to_todays_log(daemon: Daemon, ws: Path) -> No
         assert (ws / TODAY).read_text().endswith("- Ana prefers morning meetings\n")
         # Without flush, NO_REPLY is just text (a user may write it on purpose).
         assert c.append("agent", "NO_REPLY", path=TODAY)["written"] is True
+
+
+@pytest.mark.parametrize(("query", "first"), [("yesterday", YESTERDAY), ("today", TODAY)])
+def test_today_and_yesterday_in_a_search_are_the_users_days(
+    daemon: Daemon, tmp_path: Path, query: str, first: str
+) -> None:
+    """Three logs with the same words: the one of the day a query names comes first, the day
+    in the daemon's zone (in UTC it is still 1 April; the machine's own day is months away)."""
+    root = tmp_path / "days"
+    (root / "memory").mkdir(parents=True)
+    for name in ("memory/2026-03-31.md", YESTERDAY, TODAY):
+        (root / name).write_text("- checked the deploy pipeline\n")
+    with connect(daemon) as c:
+        c.workspace_add(str(root), name="days")
+        found = c.search("days", f"deploy pipeline {query}", mode="keyword", wait_ms=10_000)
+    assert [r["path"] for r in found["results"]][0] == first

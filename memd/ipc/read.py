@@ -83,6 +83,7 @@ class Read:
                 decay=bool_param(params, "decay"),
                 mmr=bool_param(params, "mmr"),
                 sources=tuple(sources),
+                today=ctx.clock.today().isoformat(),  # what "yesterday" in the query means
             )
             # Long-term memory by what each file is, not its name: a hard link or a bind mount
             # of MEMORY.md is MEMORY.md.

@@ -67,7 +67,7 @@ def search(
         qvec_future = (
             (started or embedder.start_query(query)) if mode != "keyword" and embedder else None
         )
-        names = named_dates(query, datetime.date.fromtimestamp(time.time() if now is None else now))
+        names = named_dates(query, _today(options, now))
         match, boost_terms = keyword_match(query, store.reads.doc_freqs)
         keyword_rows: list[ChunkRow] = []
         if mode != "vector" and match:
@@ -116,6 +116,12 @@ def _vector_half(
     vector_rows = store.reads.vector_candidates(qvec, options.sources, options.candidates)
     hits = _merge(store, qvec, vector_rows, keyword_rows, terms, options, hybrid=mode == "hybrid")
     return _finish(store, hits, options, now, names)
+
+
+def _today(options: SearchOptions, now: float | None) -> datetime.date:
+    if options.today:
+        return datetime.date.fromisoformat(options.today)
+    return datetime.date.fromtimestamp(time.time() if now is None else now)
 
 
 def _why_no_vectors(embedder: Embedder | None, identity: object, store: Store) -> str | None:

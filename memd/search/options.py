@@ -36,6 +36,9 @@ class SearchOptions:
     half_life_days: float = _DEFAULTS.half_life_days
     mmr: bool = _DEFAULTS.mmr
     mmr_lambda: float = _DEFAULTS.mmr_lambda
+    # The user's day (ISO) that "today" and "yesterday" in a query mean: the daemon's Clock,
+    # in its configured zone. Empty: the machine's local day.
+    today: str = ""
 
     @classmethod
     def from_config(cls, config: SearchConfig, **overrides: object) -> SearchOptions:
