@@ -60,6 +60,8 @@ def _finish(
     hits.sort(key=lambda h: (-h.score, h.path, h.start_line))
     if options.mmr:
         hits = _mmr(hits, options.mmr_lambda)
+    for hit in hits:
+        hit.score = min(1.0, hit.score)  # over 1 only by a date (_dated), once ranked
     kept = [h for h in hits if h.score >= options.min_score or h.exact]
     if not kept:
         # Exact keyword hits are never silently dropped by the hybrid threshold.
@@ -68,9 +70,9 @@ def _finish(
 
 
 def _dated(store: Store, hits: list[Hit], names: tuple[Named, ...]) -> None:
-    """Rank the daily logs of the days and months the query names higher: each hit's score
-    becomes (score + DATE_WEIGHT × closeness) / (1 + DATE_WEIGHT), which keeps it within the
-    range it had, when any hit is a log within DATE_WIDTH_DAYS of a named date."""
+    """Rank the daily logs of the days and months the query names higher: DATE_WEIGHT ×
+    their closeness is added to their scores (cut to 1 once ranked). No other hit's score
+    changes, so a date never pushes a hit under ``min_score``."""
     if not names or not hits:
         return
     ages = store.reads.file_ages(h.path for h in hits)
@@ -78,10 +80,8 @@ def _dated(store: Store, hits: list[Hit], names: tuple[Named, ...]) -> None:
     for path, (kind, day, _) in ages.items():
         if kind == "daily" and day:
             near[path] = closeness(names, date.fromisoformat(day))
-    if not any(near.values()):
-        return
     for hit in hits:
-        hit.score = (hit.score + DATE_WEIGHT * near.get(hit.path, 0.0)) / (1 + DATE_WEIGHT)
+        hit.score += DATE_WEIGHT * near.get(hit.path, 0.0)
 
 
 def _decay(store: Store, hits: list[Hit], options: SearchOptions, now: float | None) -> None:

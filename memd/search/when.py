@@ -2,8 +2,8 @@
 
 "What did Maria donate in December 2023?" and "what did we decide on 3 March?" name the day the
 answer was written down, and a daily log (``memory/YYYY-MM-DD.md``) carries that day in its
-name: a search ranks the logs of the named day or month higher (memd/search/finish.py), by
-DATE_WEIGHT at the named day or month, falling to nothing DATE_WIDTH_DAYS away. Keyword search
+name: a search adds DATE_WEIGHT to the score of a log of the named day or month, falling to
+nothing DATE_WIDTH_DAYS away (memd/search/finish.py). Keyword search
 cannot do it ("December" is not a token of ``2023-12-17.md``) and neither can an embedding.
 
 Understood: ISO dates (2024-03-03), English month names and their usual abbreviations with a
