@@ -145,7 +145,7 @@ def rule_rrf(k: float, w: float) -> Rule:
 @dataclass
 class Dated:
     """memd.search's date step over ``rule``: a daily log's score plus ``weight`` × its
-    closeness to the dates the question names, as memd.search adds it)."""
+    closeness to the dates the question names, as memd.search adds it."""
 
     rule: Rule
     weight: float
