@@ -28,6 +28,17 @@ TODAY = datetime.date(2026, 12, 5)
         ("between August 11 and August 15 2023", [Named(2023, 8, 15), Named(None, 8, 11)]),
         ("what broke yesterday", [Named(2026, 12, 4)]),
         ("what is on today", [Named(2026, 12, 5)]),
+        # counted back from today, a Saturday
+        ("what did we fix 3 days ago", [Named(2026, 12, 2)]),
+        ("the outage two weeks ago", [Named(2026, 11, 21)]),
+        ("a day ago", [Named(2026, 12, 4)]),
+        ("notes from last Friday", [Named(2026, 12, 4)]),
+        ("notes from last saturday", [Named(2026, 11, 28)]),
+        ("what changed this week", [Named(2026, 11, 30, 7)]),
+        ("what changed last week", [Named(2026, 11, 23, 7)]),
+        ("anything in the past week", [Named(2026, 11, 28, 7)]),
+        ("the plan for this month", [Named(2026, 12, None)]),
+        ("what did we ship last month", [Named(2026, 11, None)]),
         # no date: words that are month names, impossible days, bare numbers
         ("you may 2x it", []),
         ("march 3 miles north", []),
@@ -92,3 +103,23 @@ def test_any_text_parses_without_error(text: str) -> None:
     for named in named_dates(text, TODAY):
         assert 1 <= named.month <= 12
         assert 0.0 <= closeness((named,), TODAY) <= 1.0
+
+
+@given(st.dates(datetime.date(1990, 1, 8), datetime.date(2060, 12, 31)), st.integers(1, 99))
+def test_days_counted_back_land_before_today(today: datetime.date, count: int) -> None:
+    one = datetime.timedelta(days=1)
+    (ago,) = named_dates(f"what happened {count} days ago", today)
+    assert ago.span(today.year) == (today - count * one,) * 2
+    for weekday in range(7):
+        name = datetime.date(2024, 1, 1 + weekday).strftime("%A")  # 1 January 2024: a Monday
+        (last,) = named_dates(f"notes from last {name}", today)
+        first, _ = last.span(today.year)
+        assert first.weekday() == weekday and 1 <= (today - first).days <= 7
+    (this_week,) = named_dates("what changed this week", today)
+    (last_week,) = named_dates("what changed last week", today)
+    first, end = this_week.span(today.year)
+    assert first.weekday() == 0 and first <= today <= end and (end - first).days == 6
+    assert last_week.span(today.year) == (first - 7 * one, first - one)
+    (month,) = named_dates("what did we ship last month", today)
+    start, stop = month.span(today.year)
+    assert stop + one == today.replace(day=1) and start.day == 1

@@ -9,10 +9,12 @@ cannot do it ("December" is not a token of ``2023-12-17.md``) and neither can an
 Understood: ISO dates (2024-03-03), English month names and their usual abbreviations with a
 day and a year in either order ("March 3, 2024", "3rd of March 2024"), a month and year
 ("December 2023"), a day and month without a year ("Aug 15th", any year), a month alone after
-a preposition ("in June", any year), and "today" and "yesterday" (the search's own day). Month
-names must be capitalised where they are also words ("May", "March", "Mar", "Jan" and the
-rest of the abbreviations) so that "you may 2x it" names no date. Other languages' month names
-and relative phrases ("last week") are not understood; ISO dates work in every language.
+a preposition ("in June", any year), and days counted from the user's today: "today",
+"yesterday", "3 days ago", "two weeks ago", "last Friday", "this week" and "last week" (weeks
+start on Monday), "the past week" (the seven days before today), "this month" and "last
+month". Month names must be capitalised where they are also words ("May", "March", "Mar",
+"Jan" and the rest of the abbreviations) so that "you may 2x it" names no date. Other
+languages' month names are not understood; ISO dates work in every language.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ def _month_pattern() -> str:
 
 _MON = _month_pattern()
 _DAY = r"(\d{1,2})(?i:st|nd|rd|th)?"
+_COUNTS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+_WEEKDAYS = [name.lower() for name in calendar.day_name]  # Monday first, as weekday() counts
 _YEAR = r"(\d{4})"
 _NO_YEAR = r"(?!,?\s*\d)"
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
@@ -60,23 +64,32 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\b{_DAY}\s+(?i:of\s+)?{_MON}\b{_NO_YEAR}"), "dm"),
     (re.compile(rf"\b(?i:in|during|since|until|by|before|after|of)\s+{_MON}\b{_NO_YEAR}"), "m"),
     (re.compile(r"\b(?i:today|yesterday)\b"), "rel"),
+    (re.compile(rf"\b(?i:(\d{{1,2}}|{'|'.join(_COUNTS)})\s+(day|week)s?\s+ago)\b"), "ago"),
+    (re.compile(r"\b(?i:(last|this|past)\s+(week|month))\b"), "period"),
+    (re.compile(rf"\b(?i:last\s+({'|'.join(_WEEKDAYS)}))\b"), "weekday"),
 ]
 
 
 @dataclass(frozen=True)
 class Named:
-    """A day or a month a query names; no year: that day or month of any year."""
+    """A day (``days`` from it: a week), or a month, a query names; no year: that day or
+    month of any year."""
 
     year: int | None
     month: int
     day: int | None
+    days: int = 1
+
+    @classmethod
+    def starting(cls, first: datetime.date, days: int = 1) -> Named:
+        return cls(first.year, first.month, first.day, days)
 
     def span(self, year: int) -> tuple[datetime.date, datetime.date]:
         """The first and last day it names in ``year`` (its own year when it has one)."""
         y = self.year or year
         if self.day is not None:
             d = datetime.date(y, self.month, self.day)
-            return d, d
+            return d, d + datetime.timedelta(days=self.days - 1)
         last = calendar.monthrange(y, self.month)[1]
         return datetime.date(y, self.month, 1), datetime.date(y, self.month, last)
 
@@ -102,9 +115,8 @@ def _read(
     kind: str, groups: tuple[str | None, ...], text: str, today: datetime.date
 ) -> Named | None:
     g = [x or "" for x in groups]
-    if kind == "rel":
-        day = today - datetime.timedelta(days=1 if text.lower() == "yesterday" else 0)
-        return Named(day.year, day.month, day.day)
+    if kind in ("rel", "ago", "period", "weekday"):
+        return _counted(kind, [x.lower() for x in g], text.lower(), today)
     if kind == "ymd":
         named = Named(int(g[0]), int(g[1]), int(g[2]))
     elif kind == "mdy":
@@ -124,6 +136,30 @@ def _read(
     except ValueError:
         return None  # 31 June, month 13
     return named
+
+
+def _counted(kind: str, g: list[str], text: str, today: datetime.date) -> Named:
+    """A day or span counted back from ``today``."""
+    one = datetime.timedelta(days=1)
+    if kind == "rel":
+        return Named.starting(today - one if text == "yesterday" else today)
+    if kind == "ago":
+        count = int(g[0]) if g[0].isdigit() else _COUNTS[g[0]]
+        return Named.starting(today - count * (7 if g[1] == "week" else 1) * one)
+    if kind == "weekday":  # the last such day before today
+        back = (today.weekday() - _WEEKDAYS.index(g[0])) % 7 or 7
+        return Named.starting(today - back * one)
+    which, unit = g
+    if which == "past":  # the seven (or thirty) days before today
+        length = 7 if unit == "week" else 30
+        return Named.starting(today - length * one, length)
+    if unit == "week":
+        monday = today - today.weekday() * one
+        return Named.starting(monday - 7 * one if which == "last" else monday, 7)
+    first = today.replace(day=1)
+    if which == "last":
+        first = (first - one).replace(day=1)
+    return Named(first.year, first.month, None)
 
 
 def closeness(names: tuple[Named, ...], day: datetime.date, width: int = DATE_WIDTH_DAYS) -> float:
