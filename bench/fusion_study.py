@@ -30,6 +30,7 @@ import numpy as np
 from memd.embed.process import ProcessEmbedder
 from memd.index.index import Index
 from memd.index.store import ChunkRow
+from memd.markdown.discover import daily_date
 from memd.search.keyword import bm25_to_score, keyword_match
 from memd.search.when import closeness, named_dates
 from memd.text import tokens_among
@@ -158,17 +159,9 @@ class Dated:
             return scores
         near = []
         for c in cands:
-            day = daily_day(c.path)
+            day = daily_date(c.path)
             near.append(closeness(names, day, self.width) if day else 0.0)
         return [s + self.weight * n for s, n in zip(scores, near)]
-
-
-def daily_day(path: str) -> datetime.date | None:
-    name = path.rsplit("/", 1)[-1]
-    try:
-        return datetime.date.fromisoformat(name[:10]) if path.startswith("memory/") else None
-    except ValueError:
-        return None
 
 
 def evaluate(

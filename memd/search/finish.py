@@ -29,7 +29,7 @@ def _keyword_only(
     terms: Sequence[str],
     options: SearchOptions,
     now: float | None,
-    names: tuple[Named, ...] = (),
+    names: tuple[Named, ...],
 ) -> list[Hit]:
     found: dict[int, set[str]] = {}
     hits = _keyword_hits(rows, terms, options, found)
@@ -53,7 +53,7 @@ def _finish(
     hits: list[Hit],
     options: SearchOptions,
     now: float | None,
-    names: tuple[Named, ...] = (),
+    names: tuple[Named, ...],
 ) -> list[Hit]:
     _dated(store, hits, names)
     _decay(store, hits, options, now)
