@@ -14,10 +14,16 @@ After every step:
 2. no reply to a caller in a group chat holds a word that only MEMORY.md or DREAMS.md hold;
 3. every claim promoted appears once in MEMORY.md, and no line a human wrote there is lost;
 4. a search reply that says ``fresh: true`` finds the newest line of the file it asks about,
-   and no longer finds in a daily note a line a human took out of it.
+   and no longer finds in a daily note a line a human took out of it;
+5. a search that names a day, in any spelling memd reads (ISO, month names, "yesterday",
+   "3 days ago", "last Tuesday": counted back from the daemon's own clock), still finds every
+   daily log that holds its words, and of two such logs puts first the one the undated scores,
+   the date's closeness (0.4 on the day, nothing a week away) and keyword search's path boost
+   say comes first: a day counted from the wrong today ranks the wrong log.
 
 At the end the daemon is stopped and each workspace's index must equal a fresh rebuild from
-its files. ``MEMD_LIFE_EXAMPLES`` sets how many lives are lived (default 12);
+its files. ``TestDays`` lives the same life with only the steps invariant 5 is about.
+``MEMD_LIFE_EXAMPLES`` sets how many lives are lived (default 12);
 ``MEMD_LIFE_RESTARTS=0`` lives each with one daemon.
 """
 
@@ -30,7 +36,7 @@ import re
 import shutil
 import tempfile
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +115,7 @@ class Life(RuleBasedStateMachine):
         self.human_lines: dict[str, list[str]] = {a: [] for a in AGENTS}
         self.newest: dict[str, tuple[str, str]] = {}  # agent -> (file, word of its newest line)
         self.withdrawn: dict[str, tuple[str, str]] = {}  # agent -> (note, word a human took out)
+        self.logged: dict[str, dict[str, str]] = {a: {} for a in AGENTS}  # word -> its daily log
         self.replies = 0
         self._setup()
 
@@ -182,6 +189,7 @@ class Life(RuleBasedStateMachine):
         with self._client({"agent_id": agent, "chat_type": "direct"}) as c:
             written = c.append(agent, self._sentence(word, data))
         self.newest[agent] = (written["path"], word)
+        self.logged[agent][word] = written["path"]
 
     @rule(agent=st.sampled_from(AGENTS), data=st.data())
     def human_edits_memory(self, agent: str, data: st.DataObject) -> None:
@@ -222,6 +230,7 @@ class Life(RuleBasedStateMachine):
                 (path.parent / ".edit.tmp").replace(path)
         rel = path.relative_to(self.roots[agent]).as_posix()
         self.withdrawn[agent] = (rel, word)
+        self.logged[agent].pop(word, None)
         if self.newest.get(agent, ("", ""))[1] == word:
             del self.newest[agent]
         with self._client(_callers(agent)["owner-direct"]) as c:
@@ -297,6 +306,65 @@ class Life(RuleBasedStateMachine):
         if withdrawn and query == withdrawn[1] and reply["freshness"]["fresh"]:
             stale = [h for h in reply["results"] if h["path"] == withdrawn[0]]
             assert not stale, f"fresh: true, yet {query}, taken out of {withdrawn[0]}: {reply}"
+
+    @precondition(lambda self: any(self.logged.values()))
+    @rule(
+        agent=st.sampled_from(AGENTS),
+        who=st.sampled_from(sorted(_callers("ava"))),
+        data=st.data(),
+        mode=st.sampled_from(["keyword", "keyword", "hybrid"]),
+    )
+    def search_a_day(self, agent: str, who: str, data: st.DataObject, mode: str) -> None:
+        """Invariant 5 (asserted in keyword mode; hybrid replies get invariants 1 and 2)."""
+        if not self.logged[agent]:
+            return
+        logged = sorted(self.logged[agent].items())
+        word, path = data.draw(st.sampled_from(logged))
+        rival = data.draw(st.sampled_from([(w, p) for w, p in logged if p != path] or [None]))
+        today = self.clock.when.date()
+        written = date.fromisoformat(Path(path).stem)
+        back = data.draw(st.one_of(st.just((today - written).days), st.integers(0, 20)))
+        day = today - timedelta(days=back)
+        month = day.strftime("%B")
+        spellings = [day.isoformat(), f"{month} {day.day}, {day.year}", f"{day.day} {month}"]
+        spellings += {0: ["today"], 1: ["yesterday"]}.get(back, [])
+        if back >= 1:
+            spellings.append(f"{back} days ago")
+        if 1 <= back <= 7:
+            spellings.append(f"last {day.strftime('%A')}")
+        named = data.draw(st.sampled_from(spellings))
+        words = f"{word} {rival[0]}" if rival else word
+        with self._client(_callers(agent)[who]) as c:
+            reply = c.search(agent, f"{words} {named}", mode=mode, wait_ms=10_000, max_results=20)
+            plain = c.search(agent, words, mode=mode, wait_ms=10_000, max_results=20)
+        self._check(agent, who, reply)
+        self._check(agent, who, plain)
+        if mode != "keyword" or not (reply["freshness"]["fresh"] and plain["freshness"]["fresh"]):
+            return
+        logs = list(dict.fromkeys(h["path"] for h in reply["results"]))
+        held = [path, *([rival[1]] if rival else [])]
+        assert all(p in logs for p in held), f"{named!r} hid {held} ({words}): {reply}"
+        if rival is None or named == "today":  # "today" is also a word the notes hold
+            return
+        # Which of the two logs comes first, from the undated scores: the date adds 0.4 x its
+        # closeness to a log (1 on the day, nothing 7 days away), and a number of the date that
+        # is part of a log's path adds keyword search's path boost (0.18).
+        before: dict[str, float] = {}
+        for hit in plain["results"]:
+            before.setdefault(hit["path"], hit["score"])
+        if max(before[path], before[rival[1]]) >= 1:
+            return  # cut to 1: the order before the date is not in the scores
+        numbers = re.findall(r"\d+", named)
+
+        def gain(log: str) -> float:
+            gap = abs((date.fromisoformat(Path(log).stem) - day).days)
+            return 0.4 * max(0.0, 1 - gap / 7) + 0.18 * sum(n in log for n in numbers)
+
+        ahead = before[path] + gain(path) - before[rival[1]] - gain(rival[1])
+        if abs(ahead) > 0.02:
+            first = path if ahead > 0 else rival[1]
+            ranked = [p for p in logs if p in held]
+            assert ranked[0] == first, f"{named!r} ranks {ranked} ({ahead:+.3f}): {reply}"
 
     @rule(
         agent=st.sampled_from(AGENTS),
@@ -404,13 +472,22 @@ def _index_problems(config: Config, root: Path, sessions: Path) -> list[str]:
     ]
 
 
+class Days(Life):
+    """The same life with only the steps that write daily logs, move the clock, restart the
+    daemon and search by day, so that invariant 5 is tested in most steps rather than a few."""
+
+    human_edits_memory = transcript_message = dream = preview = search = get = context = None
+
+
 TestLife = Life.TestCase
-TestLife.settings = settings(
-    max_examples=EXAMPLES,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
+TestDays = Days.TestCase
+for case, steps in ((TestLife, 30), (TestDays, 50)):
+    case.settings = settings(
+        max_examples=EXAMPLES,
+        stateful_step_count=steps,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 @pytest.fixture(autouse=True)
