@@ -30,6 +30,10 @@ GATHER_S = 1.0
 # and a daemon searched all day rewrote it every second.
 WRITE_BUDGET = 256 * 1024
 GATHER_MAX_S = 60.0
+# What a recall entry reads of a search hit (recall_store.RecallStore._apply and
+# claims.recalled_claims). The queue holds up to a minute of searches; it keeps these fields,
+# not the whole reply (match lines, each half's score).
+RECALLED = ("path", "start_line", "end_line", "source", "score", "snippet", "snippet_start_line")
 
 
 def gather_seconds(store_bytes: int) -> float:
@@ -79,7 +83,11 @@ class RecallRecorder:
     ) -> None:
         """Queue the results of one search in the workspace at ``root`` (its dreaming files in
         ``folder``: memd/dreams/place.py); only dated daily-log results are kept."""
-        short = [dict(r) for r in results if is_short_term(str(r.get("path", "")))]
+        short = [
+            {k: r[k] for k in RECALLED if k in r}
+            for r in results
+            if is_short_term(str(r.get("path", "")))
+        ]
         if not short:
             return
         when = self.clock.now()  # the search's time, not the write's
