@@ -601,6 +601,39 @@ def test_the_recorder_writes_a_large_store_less_often(workspace: Path) -> None:
         recorder.stop()
 
 
+def test_the_recorder_queue_is_bounded_in_memory(
+    workspace: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Searches wait up to a minute in the queue before a large store is written; past
+    # max_bytes a search's recalls are dropped and counted (never waited for), a warning says
+    # so, and what is written makes room again. The thread starts late: the queue fills first.
+    from memd.dreams import recorder as rec
+
+    recorder = rec.RecallRecorder(clock=Clock("UTC"))
+    each = rec.HIT_BYTES + sys.getsizeof(SNIPPET)
+    recorder.max_bytes = 10 * each
+    for i in range(25):
+        recorder.submit(workspace, f"query {i}", [hit(start=2 * i + 1, match_lines=[2 * i + 1])])
+    assert (recorder.dropped, recorder._bytes) == (15, 10 * each)
+    warned = [r.getMessage() for r in caplog.records if "not recorded" in r.getMessage()]
+    assert warned == [  # the first drop and the tenth, not each
+        "recall recorder behind: 1 searches' recalls not recorded",
+        "recall recorder behind: 10 searches' recalls not recorded",
+    ]
+    recorder.start()
+    try:
+        assert recorder.wait_idle(10)
+        assert recorder._bytes == 0
+        recorder.submit(workspace, "room again", [hit(start=99)])
+        assert recorder.wait_idle(10)
+    finally:
+        recorder.stop()
+    assert recorder.dropped == 15
+    entries = RecallStore(workspace, clock=Clock("UTC")).load().values()
+    assert sorted(e.start_line for e in entries) == [*range(1, 21, 2), 99]
+    assert all(e.snippet for e in entries)  # what the queue kept is what an entry needs
+
+
 def test_prev_is_the_replaced_store_by_a_second_name(store: RecallStore) -> None:
     # The recorder's own last write becomes .prev by a hard link, not a copy of its bytes.
     store.record("first", [hit()])

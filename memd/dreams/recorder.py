@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -34,6 +35,11 @@ GATHER_MAX_S = 60.0
 # claims.recalled_claims). The queue holds up to a minute of searches; it keeps these fields,
 # not the whole reply (match lines, each half's score).
 RECALLED = ("path", "start_line", "end_line", "source", "score", "snippet", "snippet_start_line")
+# The queue's bound in memory, counted as each hit's snippet plus HIT_BYTES for the rest of it:
+# a minute of searches at 10 hits each fits up to about 50 searches a second. Past it a search's
+# recalls are dropped (and counted, and logged) rather than held: a search is never slowed.
+QUEUE_BYTES = 32 << 20
+HIT_BYTES = 400
 
 
 def gather_seconds(store_bytes: int) -> float:
@@ -62,6 +68,8 @@ class RecallRecorder:
         self._stores: dict[Path, RecallStore] = {}
         self.recorded = 0
         self.dropped = 0
+        self.max_bytes = QUEUE_BYTES
+        self._bytes = 0  # of the searches queued and not yet written
         self.gather_s = GATHER_S  # grows with the stores written (gather_seconds)
 
     def start(self) -> None:
@@ -91,13 +99,21 @@ class RecallRecorder:
         if not short:
             return
         when = self.clock.now()  # the search's time, not the write's
+        size = sum(HIT_BYTES + sys.getsizeof(r.get("snippet") or "") for r in short)
         with self._cond:
             try:
-                self._queue.put_nowait(((root, folder), query, short, when))
+                if self._bytes + size > self.max_bytes:
+                    raise queue.Full
+                self._queue.put_nowait(((root, folder), query, short, when, size))
             except queue.Full:
                 self.dropped += 1  # never slow a search down: a lost recall only lowers a count
+                if self.dropped in (1, 10) or self.dropped % 1000 == 0:
+                    logger.warning(
+                        "recall recorder behind: %d searches' recalls not recorded", self.dropped
+                    )
                 return
             self._queued += 1
+            self._bytes += size
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until everything submitted before this call is written (tests, promotion)."""
@@ -123,10 +139,12 @@ class RecallRecorder:
                 tuple[Path, Path | None], list[tuple[str, list[dict[str, Any]], datetime]]
             ]
             by_root = {}
+            held = 0  # bytes, counted in the queue's bound until written
             for i in batch:
                 if i is not _STOP:
-                    root, query, results, when = i
+                    root, query, results, when, size = i
                     by_root.setdefault(root, []).append((query, results, when))
+                    held += size
             written = 0
             for (root, folder), searches in by_root.items():
                 try:
@@ -143,6 +161,8 @@ class RecallRecorder:
                 with self._cond:
                     self._written += len(searches)
                     self._cond.notify_all()
+            with self._cond:
+                self._bytes -= held
             if written:
                 self.gather_s = gather_seconds(written)
             if stopping:
