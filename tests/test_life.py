@@ -51,6 +51,7 @@ from memd.config import Config
 from memd.embed.fake import FakeEmbedder
 from memd.index.index import Index
 from memd.index.sync import Syncer
+from memd.search.when import DATE_WEIGHT, DATE_WIDTH_DAYS
 
 from .daemon_fixture import running_daemon
 
@@ -346,9 +347,9 @@ class Life(RuleBasedStateMachine):
         assert all(p in logs for p in held), f"{named!r} hid {held} ({words}): {reply}"
         if rival is None or named == "today":  # "today" is also a word the notes hold
             return
-        # Which of the two logs comes first, from the undated scores: the date adds 0.4 x its
-        # closeness to a log (1 on the day, nothing 7 days away), and a number of the date that
-        # is part of a log's path adds keyword search's path boost (0.18).
+        # Which of the two logs comes first, from the undated scores: the date adds DATE_WEIGHT x
+        # its closeness to a log (1 on the day, nothing DATE_WIDTH_DAYS away), and a number of
+        # the date that is part of a log's path adds keyword search's path boost (0.18).
         before: dict[str, float] = {}
         for hit in plain["results"]:
             before.setdefault(hit["path"], hit["score"])
@@ -358,7 +359,8 @@ class Life(RuleBasedStateMachine):
 
         def gain(log: str) -> float:
             gap = abs((date.fromisoformat(Path(log).stem) - day).days)
-            return 0.4 * max(0.0, 1 - gap / 7) + 0.18 * sum(n in log for n in numbers)
+            near = max(0.0, 1 - gap / DATE_WIDTH_DAYS)
+            return DATE_WEIGHT * near + 0.18 * sum(n in log for n in numbers)
 
         ahead = before[path] + gain(path) - before[rival[1]] - gain(rival[1])
         if abs(ahead) > 0.02:

@@ -94,7 +94,7 @@ class Read:
                 if not (longterm is not None and longterm.holds(hit["path"]))
             ][:max_results]
         if ctx.recorder is not None and ctx.config.dreaming.record_recalls:
-            recalled = [dict(r) for r in results if r["source"] == "memory"]
+            recalled = [r for r in results if r["source"] == "memory"]  # the recorder copies
             # off the reply path
             ctx.recorder.submit(ws.root, query, recalled, folder=ws.dream_place.folder)
         return {
