@@ -102,35 +102,36 @@ def describe_exit(returncode: int) -> str:
 
 class Pipe:
     """The daemon's end of a child's stdin and stdout: frames sent and answers read under a
-    deadline. The streams are read and written by file descriptor (no buffering)."""
+    deadline. The streams are read and written by file descriptor (no buffering), and made
+    non-blocking here: a write or read is tried first, and waited for only when it would block."""
 
     def __init__(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
         self.stdin, self.stdout = stdin, stdout
+        os.set_blocking(stdin.fileno(), False)
+        os.set_blocking(stdout.fileno(), False)
         self._readable = selectors.DefaultSelector()
         self._readable.register(stdout, selectors.EVENT_READ)
+        self._writable = selectors.DefaultSelector()
+        self._writable.register(stdin, selectors.EVENT_WRITE)
 
     def close(self) -> None:
         self._readable.close()
+        self._writable.close()
 
     def send(self, message: dict[str, Any], timeout: float) -> None:
         """Send one frame; a child that stops reading (hung in native code) cannot block the
         daemon longer than ``timeout``, nor can a frame larger than the pipe's buffer."""
         deadline = time.monotonic() + timeout
         view = memoryview(pack(message))
-        with selectors.DefaultSelector() as writable:
-            writable.register(self.stdin, selectors.EVENT_WRITE)
-            while view:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or not writable.select(remaining):
-                    if time.monotonic() < deadline:
-                        continue
-                    raise ChildFailed("timeout", f"no answer within {timeout:g} s")
-                try:
-                    view = view[os.write(self.stdin.fileno(), view) :]
-                except BlockingIOError:
-                    continue
-                except (OSError, ValueError):  # a broken pipe, or one closed already
-                    raise ChildFailed("closed", "closed its pipe") from None
+        # Written first, waited for only when the pipe is full: a search's frames fit it, so
+        # they cost no selector call at all.
+        while view:
+            try:
+                view = view[os.write(self.stdin.fileno(), view) :]
+            except BlockingIOError:
+                _wait(self._writable, deadline, timeout)
+            except (OSError, ValueError):  # a broken pipe, or one closed already
+                raise ChildFailed("closed", "closed its pipe") from None
 
     def receive(self, timeout: float) -> dict[str, Any]:
         """The child's next frame, within ``timeout`` seconds."""
@@ -155,17 +156,23 @@ class Pipe:
         chunks: list[bytes] = []
         left = size
         while left:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self._readable.select(remaining):
-                if time.monotonic() < deadline:
-                    continue
-                raise ChildFailed("timeout", f"no answer within {timeout:g} s")
             try:
                 data = os.read(self.stdout.fileno(), left)
             except BlockingIOError:
+                _wait(self._readable, deadline, timeout)
                 continue
             if not data:
                 raise ChildFailed("closed", "closed its pipe")
             chunks.append(data)
             left -= len(data)
         return b"".join(chunks)
+
+
+def _wait(selector: selectors.BaseSelector, deadline: float, timeout: float) -> None:
+    """Until ``selector``'s one pipe is ready, or ChildFailed("timeout") at ``deadline``."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining > 0 and selector.select(remaining):
+            return
+        if time.monotonic() >= deadline:
+            raise ChildFailed("timeout", f"no answer within {timeout:g} s")

@@ -343,8 +343,6 @@ class ProcessEmbedder(Embedder):
         )
         assert self._proc.stdout is not None
         assert self._proc.stdin is not None
-        os.set_blocking(self._proc.stdout.fileno(), False)
-        os.set_blocking(self._proc.stdin.fileno(), False)
         self._pipe = frames.Pipe(self._proc.stdin, self._proc.stdout)
         load = {
             "op": "load",

@@ -33,8 +33,6 @@ class Reader:
 
     def __post_init__(self) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        os.set_blocking(self.proc.stdin.fileno(), False)
-        os.set_blocking(self.proc.stdout.fileno(), False)
         self._pipe = frames.Pipe(self.proc.stdin, self.proc.stdout)
 
     @classmethod
