@@ -5,7 +5,8 @@ exactly what memd.search computes before it ranks: the 40 keyword and 40 vector 
 each one's boosted keyword score, chunk and best-line cosines (the index's own line vectors),
 its closeness to the dates the question names, its stored vector and the query's document
 frequencies. Then it ranks them by memd's rule (which must give the daemon's own figures) and
-by the rules below, on the tuning split (26, 30, 41) and the held-out one (42, 43):
+by the rules below (each against memd's rule before the line keyword share, ``before``), on
+the tuning split (26, 30, 41) and the held-out one (42, 43):
 
 - ``idf-overlap``: the keyword boost's overlap term counts each query term by its IDF, so a
   name found in every line counts less than the rare word of the question;
@@ -14,7 +15,11 @@ by the rules below, on the tuning split (26, 30, 41) and the held-out one (42, 4
 - ``vector feedback``: the query vector moved towards the mean of the best few hits' vectors
   (Rocchio), and the chunk cosines computed again;
 - ``neighbours``: a chunk gains a share of the best score of the chunks next to it in its file;
-- ``vector rank``: a share of 1 / (k + the candidate's rank in the vector half) added.
+- ``vector rank``: a share of 1 / (k + the candidate's rank in the vector half) added;
+- ``line keyword``: the keyword half's counterpart of the line vectors: a keyword candidate
+  gains a share of the query's IDF mass that its best line (or pair of adjacent lines) holds,
+  so a chunk with the question's words together in one line outranks one that has them spread
+  over twenty.
 
     python bench/rerank_study.py --home DIR --model GGUF [--json OUT]
 """
@@ -35,10 +40,11 @@ import numpy as np
 
 from memd.embed.process import ProcessEmbedder
 from memd.index.index import Index
-from memd.search.fusion import LINE_SHARE, _cosines
-from memd.search.keyword import _boost, _keyword_hits, keyword_match
+from memd.search.fusion import LINE_KEYWORD_SHARE, LINE_SHARE, _cosines
+from memd.search.keyword import _boost, _keyword_hits, _line_cover, keyword_match
 from memd.search.options import SearchOptions
 from memd.search.when import DATE_WEIGHT, closeness, named_dates
+from memd.text import tokens_among
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from socket_bench import SHARED  # noqa: E402  (a sibling script)
@@ -53,12 +59,14 @@ class Cand:
     path: str
     start: int
     end: int
-    keyword: float  # the boosted keyword score, 0 when not a keyword candidate
+    keyword: float  # the boosted keyword score (without the line share), 0 when not a candidate
     chunk: float  # the chunk's cosine
     line: float  # the best of the chunk's, its lines' and adjacent line pairs' cosines
     near: float  # closeness to the dates the question names (daily logs only)
     vector: np.ndarray | None
     found: frozenset[str]
+    lines: list[frozenset[str]]  # the query terms each line of the chunk holds
+    text: str
 
 
 @dataclass
@@ -137,6 +145,8 @@ def candidates(
             near.get(row.path, 0.0),
             np.asarray(vectors[i], np.float32) if i in vectors else None,
             frozenset(found.get(i, ())),
+            [frozenset(tokens_among(line, unique)) for line in row.text.split("\n")],
+            row.text,
         )
         for i, row in by_id.items()
     ]
@@ -172,6 +182,19 @@ def merged(
 
 
 def rule_memd(q: Question) -> list[float]:
+    return merged(
+        q,
+        [
+            c.keyword + LINE_KEYWORD_SHARE * _line_cover(c.text, set(c.found), q.terms)
+            if c.keyword
+            else 0.0
+            for c in q.cands
+        ],
+    )
+
+
+def rule_before(q: Question) -> list[float]:
+    """memd's rule before the line keyword share: the baseline of every rule below."""
     return merged(q, [c.keyword for c in q.cands])
 
 
@@ -195,7 +218,7 @@ def rule_keyword_min_max(q: Question) -> list[float]:
 
 def rule_feedback(alpha: float, top: int) -> Rule:
     def rule(q: Question) -> list[float]:
-        first = rule_memd(q)
+        first = rule_before(q)
         order = sorted(range(len(q.cands)), key=lambda i: -first[i])[:top]
         kept = [v for i in order if (v := q.cands[i].vector) is not None]
         if not kept:
@@ -212,7 +235,7 @@ def rule_feedback(alpha: float, top: int) -> Rule:
 
 def rule_neighbours(share: float) -> Rule:
     def rule(q: Question) -> list[float]:
-        first = rule_memd(q)
+        first = rule_before(q)
         cands = q.cands
         out = []
         for i, c in enumerate(cands):
@@ -229,11 +252,38 @@ def rule_neighbours(share: float) -> Rule:
 
 def rule_vector_rank(share: float, k: int) -> Rule:
     def rule(q: Question) -> list[float]:
-        first = rule_memd(q)
+        first = rule_before(q)
         half = vector_half(q.cands)
         order = sorted(range(len(q.cands)), key=lambda i: -half[i])
         rank = {i: n for n, i in enumerate(order, 1)}
         return [s + share / (k + rank[i]) for i, s in enumerate(first)]
+
+    return rule
+
+
+def line_cover(q: Question, c: Cand, *, weighted: bool = True) -> float:
+    """The share of the query's terms (by IDF, or counted) that the chunk's best line, or pair
+    of adjacent lines, holds."""
+    weight = {t: q.idf.get(t, 0.0) if weighted else 1.0 for t in q.terms}
+    total = sum(weight.values())
+    if total <= 0:
+        return 0.0
+    best = 0.0
+    for i, line in enumerate(c.lines):
+        pair = line | c.lines[i + 1] if i + 1 < len(c.lines) else line
+        best = max(best, sum(weight.get(t, 0.0) for t in pair))
+    return best / total
+
+
+def rule_line_keyword(share: float, *, weighted: bool = True, all_cands: bool = False) -> Rule:
+    def rule(q: Question) -> list[float]:
+        keyword = [
+            c.keyword + share * line_cover(q, c, weighted=weighted)
+            if c.keyword or all_cands
+            else 0.0
+            for c in q.cands
+        ]
+        return merged(q, keyword)
 
     return rule
 
@@ -279,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     rules: dict[str, Rule] = {
         "memd": rule_memd,
+        "before": rule_before,
         "idf-overlap": rule_idf_overlap,
         "keyword min-max": rule_keyword_min_max,
     }
@@ -290,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     for share in (0.1, 0.2, 0.4, 0.8):
         for k in (1, 3, 10):
             rules[f"vector rank {share} k={k}"] = rule_vector_rank(share, k)
+    for share in (0.1, 0.2, 0.3, 0.45, 0.7):
+        rules[f"line keyword {share}"] = rule_line_keyword(share)
+        rules[f"line keyword {share}, counted"] = rule_line_keyword(share, weighted=False)
+        rules[f"line keyword {share}, every candidate"] = rule_line_keyword(share, all_cands=True)
     table = {name: {s: evaluate(r, qs) for s, qs in split.items()} for name, r in rules.items()}
     metrics = ("R@1", "R@5", "R@10", "MRR")
     print(f"| rule | {' | '.join(f'{s} R@1/5/10/MRR' for s in split)} |")

@@ -22,7 +22,7 @@ from memd.index.index import Index
 from memd.index.reads import SearchReads
 from memd.index.sync import Syncer
 from memd.search import search
-from memd.search.keyword import bm25_to_score, keyword_match
+from memd.search.keyword import _line_cover, bm25_to_score, keyword_match
 from memd.search.options import SearchOptions
 from memd.search.when import DATE_WEIGHT
 from memd.text import mmr_tokens, tokens_among
@@ -177,6 +177,51 @@ def test_a_chunk_is_found_by_its_best_line(
     # In hybrid mode the line lifts its vector half to the top of the candidates.
     hit = search(index, query, opts(min_score=0.0), embedder=fake).results[0]
     assert hit.path == "memory/talk.md" and hit.vector_score == pytest.approx(2 / 3, abs=0.01)
+
+
+def test_a_keyword_hit_with_the_words_in_one_line_ranks_first(
+    syncer: Syncer, index: Index, write: WriteFile, fake: FakeEmbedder
+) -> None:
+    """Two chunks with the same words, as often: the one that has the question's words together
+    in one line (or two adjacent ones) gets the keyword half's full score, the one that has
+    them spread over its lines less."""
+    filler = [f"filler line {w} here" for w in ("one", "two", "three", "four")]
+    spread = ["Alice said hello", *filler[:2], "adopted dog", *filler[2:], "named Biscuit"]
+    together = ["Alice said hello adopted dog named Biscuit", *filler, "", ""]
+    write("memory/a-spread.md", "\n".join(spread) + "\n")
+    write("memory/b-together.md", "\n".join(together) + "\n")
+    syncer.sync()
+    outcome = search(index, "Alice adopted Biscuit", opts(min_score=0.0), embedder=fake)
+    by_path = {h.path: h for h in outcome.results}
+    first, second = by_path["memory/b-together.md"], by_path["memory/a-spread.md"]
+    assert first.text_score == pytest.approx(1.0)
+    assert second.text_score < first.text_score - 0.05
+    # Keyword mode is OpenClaw's ranking, unchanged: the two tie there.
+    keyword = search(
+        index, "Alice adopted Biscuit", opts(mode="keyword", min_score=0.0), embedder=None
+    )
+    scores = {h.path: h.score for h in keyword.results}
+    assert scores["memory/a-spread.md"] == pytest.approx(scores["memory/b-together.md"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.text(alphabet="ab 中文\n_.", max_size=8), max_size=8),
+    st.lists(
+        st.sampled_from(["a", "b", "ab", "ba", "中", "文", "中文", "文中", "ab_"]), max_size=5
+    ),
+)
+@example(["中\n文"], ["中文", "中"])
+def test_line_cover_is_the_best_line_or_pair_by_full_tokenisation(
+    parts: list[str], terms: list[str]
+) -> None:
+    text = "".join(parts)
+    lines = text.split("\n")
+    wanted = set(terms)
+    held = [wanted & mmr_tokens(line) for line in lines]
+    pairs = [held[i] | (held[i + 1] if i + 1 < len(held) else set()) for i in range(len(held))]
+    expected = max(map(len, pairs), default=0) / len(wanted) if wanted else 0.0
+    assert _line_cover(text, tokens_among(text, terms), terms) == pytest.approx(expected)
 
 
 def test_hybrid_never_drops_an_exact_keyword_hit(

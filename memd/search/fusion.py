@@ -15,15 +15,19 @@ from memd.embed.base import Vectors
 from memd.index.reads import ChunkRow
 from memd.index.store import Store
 from memd.search.hits import Hit, _hit
-from memd.search.keyword import _boost, _keyword_hits
+from memd.search.keyword import _boost, _keyword_hits, _line_cover
 from memd.search.options import SearchOptions
 
-__all__ = ["LINE_SHARE"]
+__all__ = ["LINE_KEYWORD_SHARE", "LINE_SHARE"]
 
 
 # The vector half of a chunk: this share its best line's (or pair of lines') cosine, the rest
 # its own (tuned on LoCoMo, docs/benchmarks.md).
 LINE_SHARE = 2 / 3
+# The keyword half's counterpart: a keyword candidate gains this times the share of the query's
+# terms that its best line (or pair of adjacent lines) holds. Tuned on LoCoMo conversations 26,
+# 30 and 41 with multilingual-e5, confirmed on 42 and 43 and with MiniLM (docs/benchmarks.md).
+LINE_KEYWORD_SHARE = 0.7
 
 
 def _merge(
@@ -42,7 +46,8 @@ def _merge(
     pair of adjacent lines'): one vector for 15-20 turns averages away the one a question is
     about. In hybrid mode each signal is min-max scaled over the candidates (cosines of
     different models live in different ranges) and the keyword half is the keyword-only score
-    over the query's best; ``text_weight`` and ``vector_weight`` weigh the halves. The rule and
+    over the query's best, its boost raised by how many of the query's terms one line (or pair)
+    holds; ``text_weight`` and ``vector_weight`` weigh the halves. The rule and
     its constants were chosen on part of the LoCoMo conversations and checked on the others
     (bench/fusion_study.py, docs/benchmarks.md).
     """
@@ -53,7 +58,9 @@ def _merge(
         for hit, row in zip(_keyword_hits(keyword_rows, terms, options, found), keyword_rows):
             mine = by_id.setdefault(row.id, hit)
             mine.keyword, mine.exact = True, hit.exact
-            keyword[row.id] = _boost(hit, row.text, found[row.id], row.words, terms)
+            keyword[row.id] = _boost(
+                hit, row.text, found[row.id], row.words, terms
+            ) + LINE_KEYWORD_SHARE * _line_cover(row.text, found[row.id], terms)
     chunk, line = _cosines(store, qvec, list(by_id), {r.id: r.score for r in vector_rows})
     if not hybrid:
         for chunk_id, hit in by_id.items():

@@ -85,6 +85,27 @@ def _keyword_hits(
     return hits
 
 
+def _line_cover(text: str, found: set[str], terms: Sequence[str]) -> float:
+    """The share of the query's distinct terms that the chunk's best line, or pair of adjacent
+    lines, holds as tokens; ``found`` holds the terms the whole chunk holds.
+
+    A chunk of a conversation is 15-20 turns: the one that answers a question has its words
+    together, where a chunk that only mentions them has them spread over many lines.
+    """
+    query = len(set(terms))
+    if not query or len(found) < 2:
+        return min(len(found), query) / query if query else 0.0  # one term: any line that holds it
+    lines = text.lower().split("\n")
+    marked = {i for term in found for i, line in enumerate(lines) if term in line}
+    held = {i: tokens_among(lines[i], found) for i in marked}
+    best = 0
+    for i, mine in held.items():
+        best = max(best, len(mine | held.get(i + 1, set())))
+        if best == len(found):
+            break
+    return best / query
+
+
 def _boost(hit: Hit, text: str, found: set[str], words: int, terms: Sequence[str]) -> float:
     """OpenClaw's keyword-only ranking: overlap, density, path and length on top of BM25.
 
