@@ -9,8 +9,11 @@ processes, each with its connection open before the clock starts, twice; the CPU
 daemon and of its readers over each run comes from /proc (psutil). Keyword search only: it
 embeds nothing, so a question asked again times nothing cached. Codes alternate (new, old, ...).
 
-    python bench/concurrency_bench.py --home DIR/size-25 [--old CHECKOUT] [--reps 2]
-                                      [--searches 640] [--json OUT]
+With ``--readers 2,0`` the daemons of this checkout run with those numbers of reader processes
+(``search.reader_processes``, through a config file of the run's own), in turn like codes.
+
+    python bench/concurrency_bench.py --home DIR/size-25 [--old CHECKOUT] [--readers N,M]
+                                      [--reps 2] [--searches 640] [--json OUT]
 """
 
 from __future__ import annotations
@@ -85,9 +88,15 @@ def cpu_seconds(pid: int) -> dict[str, float]:
 
 
 def one_run(
-    home: Path, sock: Path, model: str, code: Path | None, qs: list[str], n: int
+    home: Path,
+    sock: Path,
+    model: str,
+    code: Path | None,
+    qs: list[str],
+    n: int,
+    env: dict[str, str],
 ) -> dict[str, Any]:
-    proc = start_daemon(home, sock, "local", model, code=code)
+    proc = start_daemon(home, sock, "local", model, extra_env=env, code=code)
     try:
         timed_searches(sock, "scale", qs[:50], "keyword")
         time.sleep(SETTLE_S)
@@ -118,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--home", required=True, help="a MEMD_HOME holding the workspace 'scale'")
     ap.add_argument("--old", default="", help="a checkout of the earlier code")
+    ap.add_argument("--readers", default="", help="reader counts to compare, e.g. 2,0")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--searches", type=int, default=640)
     ap.add_argument("--data", default=str(SHARED / "data" / "locomo-dev"))
@@ -126,13 +136,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     qs = [json.loads(line)["question"] for line in (Path(args.data) / "qrels.jsonl").open()]
     sock = Path(tempfile.mkdtemp(prefix="memd-c-", dir="/tmp")) / "memd.sock"
-    codes: dict[str, Path | None] = {"new": None}
+    codes: dict[str, tuple[Path | None, dict[str, str]]] = {"new": (None, {})}
     if args.old:
-        codes["old"] = Path(args.old)
+        codes["old"] = (Path(args.old), {})
+    for count in filter(None, args.readers.split(",")):
+        config = sock.parent / f"readers-{int(count)}.toml"
+        config.write_text(f"[search]\nreader_processes = {int(count)}\n")
+        codes[f"readers={int(count)}"] = (None, {"MEMD_CONFIG": str(config)})
+    if args.readers:
+        del codes["new"]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in codes}
     for rep in range(args.reps):
         for name in codes if rep % 2 == 0 else reversed(list(codes)):
-            run = one_run(Path(args.home), sock, args.model, codes[name], qs, args.searches)
+            code, env = codes[name]
+            run = one_run(Path(args.home), sock, args.model, code, qs, args.searches, env)
             runs[name].append(run)
             print(rep, name, json.dumps(run), flush=True)
     medians = {
