@@ -375,3 +375,12 @@ def test_the_keyword_ranking_line_says_what_ranks() -> None:
         "  Keyword ranking: FTS5 — counts differ"
     ]
     assert shown({"ranking": "fts5", "error": None}) == []  # small: nothing worth a line
+
+
+def test_the_worker_line_says_how_many_queries_had_fewer_threads() -> None:
+    from memd.ctl.display_status import _worker_line
+
+    worker = {"state": "running", "pid": 7, "mode": "default", "query_threads": {"2": 9}}
+    assert _worker_line(worker) == "model worker: running, pid 7"  # all alike: nothing to say
+    worker["query_threads"] = {"1": 3, "2": 9}
+    assert _worker_line(worker) == "model worker: running, pid 7, queries by threads 1: 3 · 2: 9"

@@ -367,6 +367,9 @@ def test_daemon_survives_a_worker_that_dies_on_every_document_batch(tmp_path: Pa
             assert st["provider"]["worker"]["state"] == "running"
             back = c.search("crashy", "what is the staging cluster called")
             assert back["mode"] == "hybrid" and back["results"][0]["path"] == "MEMORY.md"
+            # status counts that query by the threads the new worker gave it
+            used = c.status("crashy")["workspaces"][0]["provider"]["worker"]["query_threads"]
+            assert sum(used.values()) >= 1 and all(int(k) >= 1 for k in used)
 
 
 @needs_model

@@ -251,6 +251,29 @@ def assert_own(got: np.ndarray, want: np.ndarray, texts: list[str]) -> None:
         assert nearest == text, f"{text!r} got the vector of {nearest!r}"
 
 
+def test_status_counts_the_queries_by_the_threads_they_had(tmp_path: Path) -> None:
+    """Whether queries had every core is the first question about a slow hybrid search: the
+    worker says which it gave each query, and status counts them; documents are not counted."""
+    memory = ModeMemory(tmp_path / "modes.json")
+    e = ProcessEmbedder(MODEL, threads=1, query_threads=2, memory=memory)
+    try:
+        assert e.health()["query_threads"] == {}
+        e.embed_batch(["a note", "another note"])
+        assert e.health()["query_threads"] == {}
+        e.embed_batch([QUESTIONS[0]], kind="query")
+        sent = e.send_query(QUESTIONS[1])
+        assert sent is not None
+        sent.result()
+        with e.searching(), e.searching():  # crowded: the documents' share
+            e.embed_batch([QUESTIONS[2]], kind="query")
+        used = e.health()["query_threads"]
+        assert sum(used.values()) == 3 and set(used) <= {"1", "2"}
+        # the crowded one had one (the others two, or one on a machine busy now)
+        assert used.get("1", 0) >= 1
+    finally:
+        e.close()
+
+
 def test_a_query_among_other_searches_takes_the_documents_share_of_the_cores(
     tmp_path: Path,
 ) -> None:

@@ -112,6 +112,9 @@ def _worker_line(w: Mapping[str, Any]) -> str:
         line += f", {w['restarts']} restart{'s' if w['restarts'] != 1 else ''}"
         if w.get("last_exit"):
             line += f" (last: {w['last_exit']})"
+    used = w.get("query_threads") or {}
+    if len(used) > 1:  # some queries had fewer threads than others: say how many had each
+        line += ", queries by threads " + " · ".join(f"{k}: {n}" for k, n in used.items())
     if w.get("error"):
         line += f" — {w['error']}"
     return line

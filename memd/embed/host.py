@@ -7,7 +7,9 @@ Requests: ``{"op": "load", ...}`` (once, first), ``{"op": "embed",
 "texts": [...], "kind": "query"|"document"}``, ``{"op": "tokens", "text": ...}`` (or
 ``"texts": [...]``: a list of counts). Replies:
 ``{"ok": result}`` or ``{"error": [code, message]}`` for errors the model reports in an orderly way
-(an input too long); a crash is the process dying, which the supervisor sees and handles.
+(an input too long); a crash is the process dying, which the supervisor sees and handles. An
+embedding's result is ``{"rows", "data"}``, and for a query ``"threads"`` too: the llama.cpp
+threads it was given (:class:`_QueryCores`).
 
 A document embedding can be stopped for a query: the daemon sends SIGUSR1, llama.cpp's abort
 callback sees it between two steps of the decode, and the reply is ``{"preempted": true}``;
@@ -185,6 +187,7 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 embeds += 1
                 faults.at(f"embed{embeds}")
                 faults.at(str(request["kind"]))
+                threads = 0
                 if request["kind"] == "query":
                     threads = cores.threads(engine, bool(request.get("crowded")))
                     began = time.monotonic()
@@ -193,11 +196,11 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                     cores.took(engine, threads, chars, time.monotonic() - began)
                 else:
                     vectors = _embed(engine, request["texts"], str(request["kind"]), 0)
-                reply = (
-                    {"preempted": True}
-                    if vectors is None
-                    else {"ok": {"rows": int(vectors.shape[0]), "data": vectors.tobytes()}}
-                )
+                if vectors is None:
+                    reply = {"preempted": True}
+                else:
+                    ok = {"rows": int(vectors.shape[0]), "data": vectors.tobytes()}
+                    reply = {"ok": {**ok, "threads": threads} if threads else ok}
             elif op == "tokens":
                 if "texts" in request:
                     reply = {"ok": [engine.count_tokens(t) for t in request["texts"]]}

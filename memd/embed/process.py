@@ -113,6 +113,10 @@ class ProcessEmbedder(Embedder):
         self.per_text = per_text
 
         self._lock = threading.Lock()
+        # Queries embedded, by the llama.cpp threads they had: every core only while nothing
+        # else wants one (memd/embed/host.py), so status says how often that was.
+        self.query_threads_used: dict[int, int] = {}
+        self._counted = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         # The worker that has loaded its model, and so handles SIGUSR1 (before, it would die).
         self._loaded: subprocess.Popen[bytes] | None = None
@@ -239,6 +243,10 @@ class ProcessEmbedder(Embedder):
         raise ProviderUnavailable(f"local model worker: {exc}")  # not reached once proven
 
     def _vectors(self, result: dict[str, Any], count: int) -> Vectors:
+        if "threads" in result:  # a query, and the llama.cpp threads the worker gave it
+            with self._counted:
+                threads = int(result["threads"])
+                self.query_threads_used[threads] = self.query_threads_used.get(threads, 0) + 1
         flat = np.frombuffer(result["data"], dtype=np.float32)
         rows = int(result["rows"])
         try:
@@ -299,6 +307,7 @@ class ProcessEmbedder(Embedder):
             "settings": self.mode.label,
             "reason": self.mode_reason or None,
             "error": self.failed,
+            "query_threads": {str(k): v for k, v in sorted(self.query_threads_used.items())},
         }
 
     # -- supervision ------------------------------------------------------------------------------
