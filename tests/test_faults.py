@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import logging
 import os
 import random
 import stat
@@ -720,3 +721,47 @@ def test_daemon_starts_while_a_provider_of_unknown_size_hangs(
         assert skipped["provider"] == "openai-compatible" and "timed out" in skipped["reason"]
         found = c.search("probe", "what is the staging cluster called")
         assert found["mode"] == "keyword" and found["results"][0]["path"] == "MEMORY.md"
+
+
+@pytest.mark.parametrize(
+    ("embedding", "warned"),
+    [
+        (EmbeddingConfig(provider="local", model_path="models/gone.gguf"), True),
+        (EmbeddingConfig(provider="auto", model_path="models/gone.gguf"), True),
+        (EmbeddingConfig(provider="auto"), False),  # no model, no key: keyword-only, as designed
+    ],
+)
+def test_a_model_that_is_not_there_is_named_where_the_user_looks(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    embedding: EmbeddingConfig,
+    warned: bool,
+) -> None:
+    """A configured model file that is missing (a relative path read from the wrong directory,
+    a model deleted) leaves the daemon serving by keyword, and says so with the path it
+    looked at: in the log's ready line, as a warning, and in status."""
+    for key in ("OPENAI_API_KEY", "GEMINI_API_KEY", "VOYAGE_API_KEY", "MISTRAL_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.chdir(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "MEMORY.md").write_text("The staging cluster is called Orion.\n")
+    config = Config.load(embedding=embedding)
+    with caplog.at_level(logging.INFO, logger="memd.daemon"):
+        with running_daemon(config, choose_embedder=True) as daemon, client(daemon) as c:
+            c.workspace_add(ws, name="w")
+            found = c.search("w", "staging cluster")
+            assert found["mode"] == "keyword" and found["results"]
+            provider = ws_status(c, "w")["provider"]
+            ready = wait_until(
+                lambda: next((r for r in caplog.records if "ready on" in r.getMessage()), None),
+                "the ready line",
+            )
+    assert provider["active"] == "none"
+    line = ready.getMessage()
+    if embedding.model_path:
+        where = f"models/gone.gguf does not exist (looked for in {tmp_path})"
+        assert any(where in why["reason"] for why in provider["skipped"]), provider
+        assert where in line
+    assert (ready.levelno == logging.WARNING) is warned, line

@@ -163,12 +163,18 @@ class Daemon:
             self.model_pull = parts.ctx.model_pull = ModelPull(self.config, self._model_ready)
             self.model_pull.start()
         sd_notify("READY=1")
-        logger.info(
+        embedder, choice = parts.service.embedder, parts.service.choice
+        described = embedder.describe() if embedder else "none (keyword-only)"
+        if embedder is None and choice.reason:
+            described = f"none (keyword-only: {choice.reason})"
+        unmet = choice.unmet(self.config.embedding)
+        logger.log(
+            logging.WARNING if unmet else logging.INFO,
             "memd %d ready on %s with %d workspace(s), embedder %s",
             os.getpid(),
             self.socket_path,
             len(parts.registry.all()),
-            parts.service.embedder.describe() if parts.service.embedder else "none (keyword-only)",
+            described,
         )
 
     def main_loop(self) -> None:

@@ -46,6 +46,12 @@ class Choice:
     def reason(self) -> str:
         return "; ".join(f"{name}: {why}" for name, why in self.skipped)
 
+    def unmet(self, config: EmbeddingConfig) -> bool:
+        """No embedder although the configuration named one (a provider, or a model file):
+        worth a warning, where keyword-only by choice or for want of any model is not."""
+        named = self.requested not in ("auto", "none") or bool(config.model_path)
+        return self.embedder is None and self.protect and named
+
 
 def choose_embedder(
     config: EmbeddingConfig,
@@ -131,7 +137,10 @@ def _local(
         )
         return None
     if not path.is_file():
-        raise ProviderUnavailable(f"model file {path} does not exist")
+        # A relative path is read from the daemon's working directory, which a service
+        # manager sets (often /): say where it was looked for.
+        where = "" if path.is_absolute() else f" (looked for in {Path.cwd()})"
+        raise ProviderUnavailable(f"model file {path} does not exist{where}")
     if importlib.util.find_spec("llama_cpp") is None:
         raise ProviderUnavailable(f"llama-cpp-python is not installed: {install_hint('local')}")
     from memd.embed.load_modes import ModeMemory
