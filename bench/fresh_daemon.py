@@ -48,7 +48,7 @@ def start(home: Path, sock: Path, code: Path, model: str) -> subprocess.Popen[by
         MEMD_HOME=str(home),
         MEMD_SOCKET=str(sock),
         MEMD_EMBEDDING_PROVIDER="local",
-        MEMD_LOCAL_MODEL=model,
+        MEMD_LOCAL_MODEL=str(Path(model).resolve()),  # the daemon starts in `code`
         MEMD_AUTOSTART="0",  # a client must never start a daemon of its own here
         PYTHONPATH=f"{code}{os.pathsep}{code / 'client'}",
     )

@@ -165,7 +165,8 @@ def start_daemon(
         MEMD_HOME=str(home),
         MEMD_SOCKET=str(sock),
         MEMD_EMBEDDING_PROVIDER=provider,
-        MEMD_LOCAL_MODEL=model,
+        # Absolute: a daemon of another checkout starts in that directory (below).
+        MEMD_LOCAL_MODEL=str(Path(model).resolve()) if model else "",
     )
     env.update(extra_env or {})
     if code is not None:
