@@ -277,3 +277,15 @@ def test_a_crashing_check_becomes_a_failure(monkeypatch: pytest.MonkeyPatch) -> 
     check = by_name(run_checks(Config.load(), load_model=False))["disk space"]
     assert check.status == "fail"
     assert "RuntimeError: disk exploded" in check.detail
+
+
+def test_a_missing_relative_model_path_says_where_it_was_looked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # memctl and the daemon read a relative path from different directories (a service's is
+    # often /): the check says which one it used, as the daemon's status does.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMD_LOCAL_MODEL", "models/gone.gguf")
+    check = by_name(run_checks(Config.load()))["model"]
+    assert check.status == "fail"
+    assert f"models/gone.gguf does not exist (looked for in {tmp_path})" in check.detail

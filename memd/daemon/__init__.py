@@ -165,7 +165,7 @@ class Daemon:
         sd_notify("READY=1")
         embedder, choice = parts.service.embedder, parts.service.choice
         described = embedder.describe() if embedder else "none (keyword-only)"
-        if embedder is None and choice.reason:
+        if embedder is None and choice.reason and choice.requested != "none":
             described = f"none (keyword-only: {choice.reason})"
         unmet = choice.unmet(self.config.embedding)
         logger.log(

@@ -307,8 +307,12 @@ class ProcessEmbedder(Embedder):
             "settings": self.mode.label,
             "reason": self.mode_reason or None,
             "error": self.failed,
-            "query_threads": {str(k): v for k, v in sorted(self.query_threads_used.items())},
+            "query_threads": self._query_threads(),
         }
+
+    def _query_threads(self) -> dict[str, int]:
+        with self._counted:  # a copy: a query may be counted while status reads
+            return {str(k): v for k, v in sorted(self.query_threads_used.items())}
 
     # -- supervision ------------------------------------------------------------------------------
 

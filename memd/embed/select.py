@@ -24,7 +24,7 @@ from memd_client.errors import ConfigError, ProviderUnavailable
 if TYPE_CHECKING:
     from memd.embed.process import ProcessEmbedder
 
-__all__ = ["REMOTE_ORDER", "Choice", "choose_embedder"]
+__all__ = ["REMOTE_ORDER", "Choice", "choose_embedder", "missing_model"]
 
 REMOTE_ORDER = ("openai", "gemini", "voyage", "mistral")
 MODE_MEMORY = "local-model-modes.json"
@@ -51,6 +51,14 @@ class Choice:
         worth a warning, where keyword-only by choice or for want of any model is not."""
         named = self.requested not in ("auto", "none") or bool(config.model_path)
         return self.embedder is None and self.protect and named
+
+
+def missing_model(path: Path) -> str:
+    """Why ``path`` names no model: a relative path is read from the working directory of the
+    process that reads it, which for the daemon a service manager sets (often /), so it says
+    which directory that was."""
+    where = "" if path.is_absolute() else f" (looked for in {Path.cwd()})"
+    return f"model file {path} does not exist{where}"
 
 
 def choose_embedder(
@@ -137,10 +145,7 @@ def _local(
         )
         return None
     if not path.is_file():
-        # A relative path is read from the daemon's working directory, which a service
-        # manager sets (often /): say where it was looked for.
-        where = "" if path.is_absolute() else f" (looked for in {Path.cwd()})"
-        raise ProviderUnavailable(f"model file {path} does not exist{where}")
+        raise ProviderUnavailable(missing_model(path))
     if importlib.util.find_spec("llama_cpp") is None:
         raise ProviderUnavailable(f"llama-cpp-python is not installed: {install_hint('local')}")
     from memd.embed.load_modes import ModeMemory

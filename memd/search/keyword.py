@@ -93,8 +93,10 @@ def _line_cover(text: str, found: set[str], terms: Sequence[str]) -> float:
     together, where a chunk that only mentions them has them spread over many lines.
     """
     query = len(set(terms))
-    if not query or len(found) < 2:
-        return min(len(found), query) / query if query else 0.0  # one term: any line that holds it
+    if not query:
+        return 0.0
+    if len(found) < 2:
+        return len(found) / query  # one term (``found`` is of ``terms``): a line holds it
     lines = text.lower().split("\n")
     marked = {i for term in found for i, line in enumerate(lines) if term in line}
     held = {i: tokens_among(lines[i], found) for i in marked}

@@ -105,7 +105,9 @@ def check_model(
         path, where = found, f"the newest model in {config.dirs.models}"
     fix_path = f"{pull}, or set {where} to an existing GGUF file"
     if not path.exists():
-        return Check(name, "fail", f"model file {path} does not exist", fix_path)
+        from memd.embed.select import missing_model
+
+        return Check(name, "fail", missing_model(path), fix_path)
     if not path.is_file():
         return Check(name, "fail", f"model path {path} is not a regular file", fix_path)
     try:
