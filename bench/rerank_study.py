@@ -44,7 +44,7 @@ from memd.search.fusion import LINE_KEYWORD_SHARE, LINE_SHARE, _cosines
 from memd.search.keyword import _boost, _keyword_hits, _line_cover, keyword_match
 from memd.search.options import SearchOptions
 from memd.search.when import DATE_WEIGHT, closeness, named_dates
-from memd.text import tokens_among
+from memd.text import line_tokens_among, tokens_among
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from socket_bench import SHARED  # noqa: E402  (a sibling script)
@@ -185,7 +185,8 @@ def rule_memd(q: Question) -> list[float]:
     return merged(
         q,
         [
-            c.keyword + LINE_KEYWORD_SHARE * _line_cover(c.text, set(c.found), q.terms)
+            c.keyword
+            + LINE_KEYWORD_SHARE * _line_cover(line_tokens_among(c.text, q.terms), q.terms)
             if c.keyword
             else 0.0
             for c in q.cands

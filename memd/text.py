@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
+from itertools import accumulate
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -19,6 +21,7 @@ __all__ = [
     "fts_body",
     "fts_unigrams",
     "is_cjk",
+    "line_tokens_among",
     "mmr_tokens",
     "query_terms",
     "weighted_len",
@@ -228,6 +231,32 @@ def tokens_among(text: str, terms: Iterable[str]) -> set[str]:
         return set(terms) & mmr_tokens(lowered)
     # ``in`` first: most terms are absent from most lines, and it costs no Python call
     return {t for t in set(terms) if t and t in lowered and _has_token(lowered, t)}
+
+
+def line_tokens_among(text: str, terms: Iterable[str]) -> list[set[str]]:
+    """``tokens_among`` of each line of ``text`` (split on newlines), found with one pass of
+    ``str.find`` over the whole text per term: a search asks this of every keyword candidate,
+    and a pass per line cost twice as much. No token spans a newline, so the lines' sets
+    together are ``tokens_among(text, terms)``."""
+    lowered = text.lower()
+    lines = lowered.split("\n")
+    if not lowered.isascii() and _CJK_CHAR.search(lowered) is not None:
+        return [tokens_among(line, terms) for line in lines]
+    held: list[set[str]] = [set() for _ in lines]
+    ends: list[int] | None = None  # the offset just past each line's newline
+    size = len(lowered)
+    for term in set(terms):
+        at = lowered.find(term) if term else -1
+        while at >= 0:
+            stop = at + len(term)
+            before = lowered[at - 1] if at else " "
+            after = lowered[stop] if stop < size else " "
+            if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+                if ends is None:
+                    ends = list(accumulate(len(line) + 1 for line in lines))
+                held[bisect_right(ends, at)].add(term)
+            at = lowered.find(term, at + 1)
+    return held
 
 
 def _has_token(text: str, term: str) -> bool:

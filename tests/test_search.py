@@ -25,7 +25,7 @@ from memd.search import search
 from memd.search.keyword import _line_cover, bm25_to_score, keyword_match
 from memd.search.options import SearchOptions
 from memd.search.when import DATE_WEIGHT
-from memd.text import mmr_tokens, tokens_among
+from memd.text import line_tokens_among, mmr_tokens, tokens_among
 
 from .conftest import WriteFile
 
@@ -221,7 +221,10 @@ def test_line_cover_is_the_best_line_or_pair_by_full_tokenisation(
     held = [wanted & mmr_tokens(line) for line in lines]
     pairs = [held[i] | (held[i + 1] if i + 1 < len(held) else set()) for i in range(len(held))]
     expected = max(map(len, pairs), default=0) / len(wanted) if wanted else 0.0
-    assert _line_cover(text, tokens_among(text, terms), terms) == pytest.approx(expected)
+    by_line = line_tokens_among(text, terms)
+    assert by_line == [tokens_among(line, terms) for line in lines]
+    assert set().union(*by_line) == tokens_among(text, terms)
+    assert _line_cover(by_line, terms) == pytest.approx(expected)
 
 
 def test_hybrid_never_drops_an_exact_keyword_hit(
@@ -413,6 +416,10 @@ def test_tokens_among_agrees_with_full_tokenisation(parts: list[str], terms: lis
     text = " ".join(parts) if len(parts) % 2 else "".join(parts)
     lowered_terms = [t.lower() for t in terms]
     assert tokens_among(text, lowered_terms) == set(lowered_terms) & mmr_tokens(text)
+    # and line by line, as the hybrid ranking and the snippet window ask
+    assert line_tokens_among(text, lowered_terms) == [
+        set(lowered_terms) & mmr_tokens(line) for line in text.split("\n")
+    ]
 
 
 def test_migration_counts_words_of_existing_chunks(

@@ -55,12 +55,14 @@ def _merge(
     keyword: dict[int, float] = {}
     if hybrid:
         found: dict[int, set[str]] = {}
-        for hit, row in zip(_keyword_hits(keyword_rows, terms, options, found), keyword_rows):
+        rows = keyword_rows
+        for hit, row in zip(_keyword_hits(rows, terms, options, found, by_line=True), rows):
             mine = by_id.setdefault(row.id, hit)
-            mine.keyword, mine.exact = True, hit.exact
+            mine.keyword, mine.exact, mine.line_terms = True, hit.exact, hit.line_terms
+            assert hit.line_terms is not None
             keyword[row.id] = _boost(
                 hit, row.text, found[row.id], row.words, terms
-            ) + LINE_KEYWORD_SHARE * _line_cover(row.text, found[row.id], terms)
+            ) + LINE_KEYWORD_SHARE * _line_cover(hit.line_terms, terms)
     chunk, line = _cosines(store, qvec, list(by_id), {r.id: r.score for r in vector_rows})
     if not hybrid:
         for chunk_id, hit in by_id.items():

@@ -13,7 +13,7 @@ from typing import Any
 
 from memd.index.reads import ChunkRow
 from memd.search.options import SearchOptions
-from memd.text import tokens_among
+from memd.text import line_tokens_among
 
 __all__ = ["Hit", "SearchOutcome"]
 
@@ -34,6 +34,9 @@ class Hit:
     text: str = field(default="", repr=False)  # the whole chunk, for the snippet window
     snippet_start_line: int = 0  # the file line the snippet starts at
     match_lines: list[int] = field(default_factory=list)  # file lines holding query terms
+    # the query's terms each line of ``text`` holds, when the ranking found them (the window's
+    # terms are the ranking's: memd.search.search passes both the same)
+    line_terms: list[set[str]] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, r: dict[str, Any]) -> Hit:
@@ -71,7 +74,9 @@ class Hit:
         if not self.text:
             return
         lines = self.text.split("\n")
-        found = [tokens_among(line, terms) if terms else set() for line in lines]
+        found = self.line_terms
+        if found is None:
+            found = line_tokens_among(self.text, terms)
         self.match_lines = [self.start_line + i for i, f in enumerate(found) if f]
         if len(self.text) <= max_chars or not self.match_lines:
             self.snippet_start_line = self.start_line

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from memd.index.reads import ChunkRow
 from memd.search.hits import Hit, _hit
 from memd.search.options import SearchOptions
-from memd.text import query_terms, tokens_among
+from memd.text import line_tokens_among, query_terms, tokens_among
 
 __all__ = ["COMMON_TERM_SHARE", "bm25_to_score", "keyword_match"]
 
@@ -72,22 +72,28 @@ def _keyword_hits(
     terms: Sequence[str],
     options: SearchOptions,
     found: dict[int, set[str]],
+    *,
+    by_line: bool = False,
 ) -> list[Hit]:
-    """Hits for FTS rows; ``found`` receives the query terms each chunk holds as tokens."""
+    """Hits for FTS rows; ``found`` receives the query terms each chunk holds as tokens.
+    ``by_line``: find them line by line, kept on each hit (``Hit.line_terms``) for
+    ``_line_cover`` and the snippet window."""
     wanted = set(terms)
     hits = []
     for row in rows:
-        found[row.id] = tokens_among(row.text, wanted)
+        lines = line_tokens_among(row.text, wanted) if by_line else None
+        found[row.id] = set().union(*lines) if lines is not None else tokens_among(row.text, wanted)
         exact = bool(wanted) and found[row.id] == wanted
-        hits.append(
-            _hit(row, options, text_score=bm25_to_score(row.score), keyword=True, exact=exact)
-        )
+        hit = _hit(row, options, text_score=bm25_to_score(row.score), keyword=True, exact=exact)
+        hit.line_terms = lines
+        hits.append(hit)
     return hits
 
 
-def _line_cover(text: str, found: set[str], terms: Sequence[str]) -> float:
+def _line_cover(lines: Sequence[set[str]], terms: Sequence[str]) -> float:
     """The share of the query's distinct terms that the chunk's best line, or pair of adjacent
-    lines, holds as tokens; ``found`` holds the terms the whole chunk holds.
+    lines, holds as tokens; ``lines`` holds the terms each line holds
+    (``line_tokens_among``).
 
     A chunk of a conversation is 15-20 turns: the one that answers a question has its words
     together, where a chunk that only mentions them has them spread over many lines.
@@ -95,16 +101,10 @@ def _line_cover(text: str, found: set[str], terms: Sequence[str]) -> float:
     query = len(set(terms))
     if not query:
         return 0.0
-    if len(found) < 2:
-        return len(found) / query  # one term (``found`` is of ``terms``): a line holds it
-    lines = text.lower().split("\n")
-    marked = {i for term in found for i, line in enumerate(lines) if term in line}
-    held = {i: tokens_among(lines[i], found) for i in marked}
     best = 0
-    for i, mine in held.items():
-        best = max(best, len(mine | held.get(i + 1, set())))
-        if best == len(found):
-            break
+    for i, mine in enumerate(lines):
+        if mine:
+            best = max(best, len(mine | lines[i + 1]) if i + 1 < len(lines) else len(mine))
     return best / query
 
 
