@@ -259,6 +259,61 @@ def test_copies_of_one_vector_do_not_crowd_out_the_others(index: Index) -> None:
     assert rows[0].score == pytest.approx(float(distinct[best] @ q), abs=1e-5)
 
 
+def test_an_index_of_copies_is_searched_by_its_distinct_vectors(index: Index) -> None:
+    """An index that is mostly copies keeps one row per distinct vector: the groups it gives
+    are the flat pass's, in its order, and they follow deletes (a whole group, a group's
+    first copy) and new copies at once."""
+    distinct = _vectors(60, seed=11)
+    _add(index, range(1, 3001), np.repeat(distinct, 50, axis=0))  # ids 1..50: vector 0, ...
+    q = distinct[4] + np.random.default_rng(3).normal(scale=0.4, size=DIMS).astype(np.float32)
+    q = (q / np.linalg.norm(q)).astype(np.float32)
+
+    def of(group: list[int]) -> int:
+        return (group[0] - 1) // 50
+
+    with index.reader() as store:
+        sketch = store.reads.sketch
+        assert sketch is not None
+        sketch.refresh(store.conn)
+        flat = sketch.candidates(q, 40)  # the flat pass, which meets the copies and widens
+        grouped = sketch.candidates(q, 40)  # by the distinct vectors from now
+        assert sketch._copies is not None and len(sketch._copies.groups) == 60
+    # the flat pass's vectors in its order, then more: it stopped widening at 16 x 40 rows,
+    # 13 vectors' copies; and every copy in its group (the flat pass holds only the copies
+    # among the rows it picked)
+    assert len(flat) < 40 == len(grouped)
+    assert [of(g) for g in grouped][: len(flat)] == [of(g) for g in flat]
+    assert all(g == list(range(50 * of(g) + 1, 50 * of(g) + 51)) for g in grouped)
+    projected = (distinct - sketch.mean) @ sketch.basis @ (q @ sketch.basis)
+    assert np.all(np.diff(projected[[of(g) for g in grouped]]) <= 1e-5)  # best first
+
+    _delete(index, [*range(151, 201), 201])  # all of vector 3, the first copy of vector 4
+    _add(index, range(3001, 3004), np.repeat(q[np.newaxis], 3, axis=0))  # the query, 3 times
+    with index.reader() as store:
+        sketch.refresh(store.conn)
+        after = sketch.candidates(q, 40)
+    assert after[0] == [3001, 3002, 3003]
+    ids = {i for g in after for i in g}
+    assert not ids & {*range(151, 202)}
+    assert [202 + i for i in range(49)] in after  # vector 4's copies but the first
+    assert len(after) == 40 and len(sketch._copies.groups) == 60  # 59 old, 1 new
+
+
+def test_an_index_of_distinct_vectors_keeps_no_groups(index: Index) -> None:
+    vectors = _vectors(3000, seed=12)
+    _add(index, range(1, 2001), np.vstack([vectors[:1500], vectors[:500]]))  # a quarter copies
+    with index.reader() as store:
+        sketch = store.reads.sketch
+        assert sketch is not None
+        sketch.refresh(store.conn)
+        for q in vectors[:5]:
+            exact = {int(i) + 1 for i in np.argsort(-(vectors[:1500] @ q))[:10]}
+            groups = sketch.candidates(q, 400)
+            assert exact <= {g[0] for g in groups[:40]}
+        # a quarter of the vectors repeat another: not most of the index, the flat pass goes on
+        assert sketch._copies is not None and not sketch._copies.groups
+
+
 def test_copies_are_grouped_by_their_bytes_not_by_equal_floats(index: Index) -> None:
     """A BLAS product gives equal rows different last bits by where they fall in a kernel's
     tile (AVX2 and AVX-512 differ, ../cpu-notes): copies whose projections differ by an ulp

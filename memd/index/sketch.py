@@ -7,7 +7,9 @@ chunks), and the best 1% (400 to 1,000) are scored exactly with their stored vec
 by id from the index's plain vector table. Measured against the exact scan (docs/benchmarks.md):
 recall of the top ten ≥ 0.99. Copies of one vector (a text written again and again) count
 once in that 1%: otherwise 250 copies of four texts filled it, and the best text was not
-among them for one question in five.
+among them for one question in five. An index that is mostly copies (at least COPIES_SHARE of
+its vectors repeat another) keeps one projected row per distinct vector, with the ids of its
+copies, and scores only those (:class:`_Copies`).
 
 Reading a stored vector costs about 6 µs, and the 1% is most of a search's vector time. So
 each vector's other coordinates (on the remaining principal directions, 288 of 384) are kept
@@ -58,6 +60,12 @@ WIDEN_MAX = 16
 RESCORED = 96
 
 
+# An index whose distinct vectors are at most this share of its live ones is searched by its
+# distinct vectors (one row each, the copies' ids beside it): at 97,501 chunks of 390 texts the
+# flat pass read 37 MB and widened to 16 x its size for each query to find them.
+COPIES_SHARE = 0.5
+
+
 def first_pass(live: int) -> int:
     return min(FIRST_PASS_MAX, max(FIRST_PASS_MIN, live // 100))
 
@@ -100,6 +108,8 @@ class Sketch:
         self.basis_from = 0  # vectors the principal directions were computed from
         self.loaded_with = 0  # vectors at the last load
         self._widened = 1.0  # how far the last first pass widened, as a multiple of its n
+        self._version = 0  # moves with every change to the rows
+        self._copies: _Copies | None = None
 
     # -- keeping up with the file --------------------------------------------------------------
 
@@ -203,6 +213,7 @@ class Sketch:
         self.seq = seq
         self.trimmed = trimmed  # a trim to where it stands would write for nothing
         self._loaded = True
+        self._version += 1
         if count >= RELEASE_AFTER:  # the batches and the covariance are garbage: give them back
             release_memory()
         logger.debug("vector sketch: %d vectors, %d dims projected", count, self.width)
@@ -223,6 +234,7 @@ class Sketch:
         self._map(chunk_id, self.count)
         self.alive += 1
         self.count += 1
+        self._version += 1
 
     def _residual(self, vectors: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, Any]:
         """The vectors' coordinates on the other principal directions, as 8-bit integers."""
@@ -235,6 +247,7 @@ class Sketch:
             self.row_of[chunk_id] = -1
             self.live[row] = False
             self.alive -= 1
+            self._version += 1
 
     def _map(self, chunk_id: int, row: int) -> None:
         if chunk_id >= len(self.row_of):
@@ -258,6 +271,7 @@ class Sketch:
         self.ids = self.ids[keep]
         self.live = np.ones(len(keep), dtype=bool)
         self.count = len(keep)
+        self._version += 1
         self._index_rows()
 
     # -- searching -----------------------------------------------------------------------------
@@ -269,16 +283,26 @@ class Sketch:
         """The chunks whose projections score best against ``query``'s, as up to ``n`` groups
         of ids, best first: chunks with the same vector (the same text, written again) form
         one group, found by the vector's bytes, so copies cannot crowd the other candidates
-        out of the ``n`` that are scored exactly. The product runs outside the lock (numpy
-        lets go of the GIL there): rows below ``count`` are never changed in place, only
-        replaced whole by a compaction."""
+        out of the ``n`` that are scored exactly. An index that is mostly copies is scored by
+        its distinct vectors alone (:class:`_Copies`, built when a pass has met copies). The
+        product runs outside the lock (numpy lets go of the GIL there): rows below ``count``
+        are never changed in place, only replaced whole by a compaction."""
         q = np.asarray(query, dtype=_F32) @ self.basis
         with self._lock:
             count = self.count
             rows, ids, prints = self.rows[:count], self.ids[:count], self.prints[:count]
             live = self.live[:count].copy()
+            version, copies, alive = self._version, self._copies, self.alive
         if count == 0:
             return []
+        if copies is None or not copies.holds(version, alive):
+            copies = None
+            if self._widened > 1:  # the last pass met copies: are they most of the index?
+                copies = _Copies.of(version, rows, ids, prints, live)
+                with self._lock:
+                    self._copies = copies
+        if copies is not None and copies.groups:
+            return copies.best(q, n)
         scores = rows @ q
         scores[~live] = -np.inf
         alive = int(live.sum())
@@ -393,3 +417,60 @@ def _principal(
     basis = np.zeros((sample.shape[1], width), dtype=_F32)
     basis[:, :take] = vectors[:, ::-1][:, :take]
     return mean.astype(_F32), basis
+
+
+class _Copies:
+    """The distinct vectors of a sketch that is mostly copies: one projected row each (its
+    first live copy's), and the ids of its live copies in row order, for one version of the
+    rows. An index that is not mostly copies gets an empty one, kept until its live count
+    moves by a tenth: a few writes cannot make most of it copies."""
+
+    def __init__(
+        self,
+        version: int,
+        alive: int,
+        rows: np.ndarray[Any, Any] | None = None,
+        groups: list[list[int]] | None = None,
+    ) -> None:
+        self.version, self.alive = version, alive
+        self.rows = rows
+        self.groups = groups or []  # shared by every search: read, never changed
+
+    @classmethod
+    def of(
+        cls,
+        version: int,
+        rows: np.ndarray[Any, Any],
+        ids: np.ndarray[Any, Any],
+        prints: np.ndarray[Any, Any],
+        live: np.ndarray[Any, Any],
+    ) -> _Copies:
+        at = np.flatnonzero(live)
+        order = at[np.argsort(prints[at], kind="stable")]  # by print, copies in row order
+        sorted_prints = prints[order]
+        starts = np.flatnonzero(np.r_[True, sorted_prints[1:] != sorted_prints[:-1]])
+        if len(starts) > COPIES_SHARE * len(at):
+            return cls(version, len(at))
+        flat = ids[order].tolist()
+        bounds = [*starts.tolist(), len(flat)]
+        groups = [flat[bounds[g] : bounds[g + 1]] for g in range(len(starts))]
+        return cls(version, len(at), np.ascontiguousarray(rows[order[starts]]), groups)
+
+    def holds(self, version: int, alive: int) -> bool:
+        """Whether this answers for the rows at ``version`` (holding ``alive`` live rows)."""
+        if self.groups:
+            return self.version == version
+        return abs(alive - self.alive) * 10 < max(self.alive, 1)
+
+    def best(self, q: np.ndarray[Any, Any], n: int) -> list[list[int]]:
+        """The ``n`` groups whose projections score best against ``q`` (projected), best
+        first; ties in the order of their prints, as the flat pass orders them."""
+        assert self.rows is not None
+        scores = self.rows @ q
+        if len(scores) > n:
+            top = np.argpartition(-scores, n)[:n]
+            top.sort()
+            top = top[np.argsort(-scores[top], kind="stable")]
+        else:
+            top = np.argsort(-scores, kind="stable")
+        return [self.groups[g] for g in top.tolist()]
