@@ -7,9 +7,8 @@ chunks), and the best 1% (400 to 1,000) are scored exactly with their stored vec
 by id from the index's plain vector table. Measured against the exact scan (docs/benchmarks.md):
 recall of the top ten ≥ 0.99. Copies of one vector (a text written again and again) count
 once in that 1%: otherwise 250 copies of four texts filled it, and the best text was not
-among them for one question in five. An index that is mostly copies (at least COPIES_SHARE of
-its vectors repeat another) keeps one projected row per distinct vector, with the ids of its
-copies, and scores only those (:class:`_Copies`).
+among them for one question in five; an index that is mostly copies is scored by its distinct
+vectors (memd/index/copies.py).
 
 Reading a stored vector costs about 6 µs, and the 1% is most of a search's vector time. So
 each vector's other coordinates (on the remaining principal directions, 288 of 384) are kept
@@ -27,7 +26,6 @@ added later are projected on the same directions.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import threading
@@ -37,6 +35,7 @@ import apsw
 import numpy as np
 
 from memd.heap import release_memory
+from memd.index.copies import Copies, fingerprints
 from memd.index.db import atomic, select_in
 
 __all__ = ["PROJECTED_DIMS", "RESCORED", "Sketch", "first_pass", "stacked"]
@@ -48,22 +47,13 @@ PROJECTED_DIMS = 96
 # a vector by id costs about 6 µs, so 1,000 is 6 ms; at 100,000 near-duplicate-rich chunks 400
 # missed a whole cluster for one query in 200 (bench/vector_bench.py).
 FIRST_PASS_MIN, FIRST_PASS_MAX = 400, 1000
-
-
 # How far the first pass widens to find its distinct vectors among copies: 16 x n rows at most
-# (a corpus of 250 copies of every text still yields n / 16 distinct candidates, not 4).
+# (a corpus of 250 copies of every text still yields n / 16 distinct candidates, not 4), in
+# an index not mostly copies (one that is scores its distinct vectors, memd/index/copies.py).
 WIDEN_MAX = 16
-
-
 # Candidates read and scored exactly after the 8-bit ranking: at 100,000 noisy near-duplicate
 # vectors 24 lost part of the top ten for one question in four, 96 for one in 300 (one of ten).
 RESCORED = 96
-
-
-# An index whose distinct vectors are at most this share of its live ones is searched by its
-# distinct vectors (one row each, the copies' ids beside it): at 97,501 chunks of 390 texts the
-# flat pass read 37 MB and widened to 16 x its size for each query to find them.
-COPIES_SHARE = 0.5
 
 
 def first_pass(live: int) -> int:
@@ -94,9 +84,7 @@ class Sketch:
         self.rest = np.zeros((dims, dims - self.width), dtype=_F32)
         self.scale = np.ones(dims - self.width, dtype=_F32)
         self.resid = np.zeros((0, dims - self.width), dtype=np.int8)
-        # a hash of each stored vector's bytes: equal exactly for copies of one vector. Never
-        # a float computed from it: BLAS gives equal rows different last bits by where they
-        # fall in a kernel's tile (AVX2 and AVX-512 differ), so float equality finds no copies
+        # a hash of each stored vector's bytes, equal for its copies (memd/index/copies.py)
         self.prints = np.zeros(0, dtype=np.uint64)
         self.ids = np.zeros(0, dtype=np.int64)
         self.live = np.zeros(0, dtype=bool)
@@ -109,7 +97,7 @@ class Sketch:
         self.loaded_with = 0  # vectors at the last load
         self._widened = 1.0  # how far the last first pass widened, as a multiple of its n
         self._version = 0  # moves with every change to the rows
-        self._copies: _Copies | None = None
+        self._copies: Copies | None = None
 
     # -- keeping up with the file --------------------------------------------------------------
 
@@ -284,7 +272,7 @@ class Sketch:
         of ids, best first: chunks with the same vector (the same text, written again) form
         one group, found by the vector's bytes, so copies cannot crowd the other candidates
         out of the ``n`` that are scored exactly. An index that is mostly copies is scored by
-        its distinct vectors alone (:class:`_Copies`, built when a pass has met copies). The
+        its distinct vectors alone (:class:`Copies`, built when a pass has met copies). The
         product runs outside the lock (numpy lets go of the GIL there): rows below ``count``
         are never changed in place, only replaced whole by a compaction."""
         q = np.asarray(query, dtype=_F32) @ self.basis
@@ -298,7 +286,7 @@ class Sketch:
         if copies is None or not copies.holds(version, alive):
             copies = None
             if self._widened > 1:  # the last pass met copies: are they most of the index?
-                copies = _Copies.of(version, rows, ids, prints, live)
+                copies = Copies.of(version, rows, ids, prints, live)
                 with self._lock:
                     self._copies = copies
         if copies is not None and copies.groups:
@@ -375,14 +363,6 @@ def _trimmed(conn: apsw.Connection) -> int:
     return int(row[0]) if row else 0
 
 
-def fingerprints(vectors: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[Any, Any]:
-    """A 64-bit hash (BLAKE2b) of each row's bytes: equal for copies of one vector, and (but
-    for a 2^-64 chance) only for them. About a microsecond a row."""
-    rows = np.ascontiguousarray(vectors, dtype=_F32)
-    digests = b"".join(hashlib.blake2b(row.data, digest_size=8).digest() for row in rows)
-    return np.frombuffer(digests, dtype=np.uint64).copy()
-
-
 def stacked(
     rows: Any, dims: int
 ) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.float32]]]:
@@ -417,60 +397,3 @@ def _principal(
     basis = np.zeros((sample.shape[1], width), dtype=_F32)
     basis[:, :take] = vectors[:, ::-1][:, :take]
     return mean.astype(_F32), basis
-
-
-class _Copies:
-    """The distinct vectors of a sketch that is mostly copies: one projected row each (its
-    first live copy's), and the ids of its live copies in row order, for one version of the
-    rows. An index that is not mostly copies gets an empty one, kept until its live count
-    moves by a tenth: a few writes cannot make most of it copies."""
-
-    def __init__(
-        self,
-        version: int,
-        alive: int,
-        rows: np.ndarray[Any, Any] | None = None,
-        groups: list[list[int]] | None = None,
-    ) -> None:
-        self.version, self.alive = version, alive
-        self.rows = rows
-        self.groups = groups or []  # shared by every search: read, never changed
-
-    @classmethod
-    def of(
-        cls,
-        version: int,
-        rows: np.ndarray[Any, Any],
-        ids: np.ndarray[Any, Any],
-        prints: np.ndarray[Any, Any],
-        live: np.ndarray[Any, Any],
-    ) -> _Copies:
-        at = np.flatnonzero(live)
-        order = at[np.argsort(prints[at], kind="stable")]  # by print, copies in row order
-        sorted_prints = prints[order]
-        starts = np.flatnonzero(np.r_[True, sorted_prints[1:] != sorted_prints[:-1]])
-        if len(starts) > COPIES_SHARE * len(at):
-            return cls(version, len(at))
-        flat = ids[order].tolist()
-        bounds = [*starts.tolist(), len(flat)]
-        groups = [flat[bounds[g] : bounds[g + 1]] for g in range(len(starts))]
-        return cls(version, len(at), np.ascontiguousarray(rows[order[starts]]), groups)
-
-    def holds(self, version: int, alive: int) -> bool:
-        """Whether this answers for the rows at ``version`` (holding ``alive`` live rows)."""
-        if self.groups:
-            return self.version == version
-        return abs(alive - self.alive) * 10 < max(self.alive, 1)
-
-    def best(self, q: np.ndarray[Any, Any], n: int) -> list[list[int]]:
-        """The ``n`` groups whose projections score best against ``q`` (projected), best
-        first; ties in the order of their prints, as the flat pass orders them."""
-        assert self.rows is not None
-        scores = self.rows @ q
-        if len(scores) > n:
-            top = np.argpartition(-scores, n)[:n]
-            top.sort()
-            top = top[np.argsort(-scores[top], kind="stable")]
-        else:
-            top = np.argsort(-scores, kind="stable")
-        return [self.groups[g] for g in top.tolist()]
