@@ -244,14 +244,10 @@ def line_tokens_among(text: str, terms: Iterable[str]) -> list[set[str]]:
         return [tokens_among(line, terms) for line in lines]
     held: list[set[str]] = [set() for _ in lines]
     ends: list[int] | None = None  # the offset just past each line's newline
-    size = len(lowered)
     for term in set(terms):
         at = lowered.find(term) if term else -1
         while at >= 0:
-            stop = at + len(term)
-            before = lowered[at - 1] if at else " "
-            after = lowered[stop] if stop < size else " "
-            if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+            if _whole(lowered, at, at + len(term)):
                 if ends is None:
                     ends = list(accumulate(len(line) + 1 for line in lines))
                 held[bisect_right(ends, at)].add(term)
@@ -261,15 +257,20 @@ def line_tokens_among(text: str, terms: Iterable[str]) -> list[set[str]]:
 
 def _has_token(text: str, term: str) -> bool:
     """Whether ``term`` occurs in ``text`` as a whole ``\\w+`` token."""
-    end = len(text) - len(term)
     at = text.find(term)
     while at >= 0:
-        before = text[at - 1] if at else " "
-        after = text[at + len(term)] if at < end else " "
-        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+        if _whole(text, at, at + len(term)):
             return True
         at = text.find(term, at + 1)
     return False
+
+
+def _whole(text: str, start: int, stop: int) -> bool:
+    """Whether ``text[start:stop]`` is a whole ``\\w+`` token: neither side touches a letter,
+    digit or underscore."""
+    before = text[start - 1] if start else " "
+    after = text[stop] if stop < len(text) else " "
+    return not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_")
 
 
 def mmr_tokens(text: str) -> set[str]:

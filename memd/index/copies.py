@@ -9,11 +9,12 @@ equality finds no copies.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["COPIES_SHARE", "Copies", "fingerprints"]
+__all__ = ["COPIES_SHARE", "Copies", "by_print", "fingerprints", "grouped"]
 
 # An index whose distinct vectors are at most this share of its live ones is searched by its
 # distinct vectors (one row each, the copies' ids beside it): at 97,501 chunks of 390 texts the
@@ -27,6 +28,23 @@ def fingerprints(vectors: np.ndarray[Any, np.dtype[np.float32]]) -> np.ndarray[A
     rows = np.ascontiguousarray(vectors, dtype=np.float32)
     digests = b"".join(hashlib.blake2b(row.data, digest_size=8).digest() for row in rows)
     return np.frombuffer(digests, dtype=np.uint64).copy()
+
+
+def by_print(prints: np.ndarray[Any, Any], at: np.ndarray[Any, Any]) -> tuple[Any, Any]:
+    """The rows ``at`` (ascending) in order of their prints, copies in row order whatever the
+    sort, and where each distinct print's run starts among them."""
+    order = at[np.argsort(prints[at], kind="stable")]
+    sorted_prints = prints[order]
+    return order, np.flatnonzero(np.r_[True, sorted_prints[1:] != sorted_prints[:-1]])
+
+
+def grouped(
+    ids: np.ndarray[Any, Any], order: Any, starts: Any, chosen: Iterable[int]
+) -> list[list[int]]:
+    """The ids of the runs ``chosen`` of ``by_print``'s ``order`` and ``starts``."""
+    flat = ids[order].tolist()
+    bounds = [*starts.tolist(), len(flat)]
+    return [flat[bounds[g] : bounds[g + 1]] for g in chosen]
 
 
 class Copies:
@@ -56,14 +74,10 @@ class Copies:
         live: np.ndarray[Any, Any],
     ) -> Copies:
         at = np.flatnonzero(live)
-        order = at[np.argsort(prints[at], kind="stable")]  # by print, copies in row order
-        sorted_prints = prints[order]
-        starts = np.flatnonzero(np.r_[True, sorted_prints[1:] != sorted_prints[:-1]])
+        order, starts = by_print(prints, at)
         if len(starts) > COPIES_SHARE * len(at):
             return cls(version, len(at))
-        flat = ids[order].tolist()
-        bounds = [*starts.tolist(), len(flat)]
-        groups = [flat[bounds[g] : bounds[g + 1]] for g in range(len(starts))]
+        groups = grouped(ids, order, starts, range(len(starts)))
         return cls(version, len(at), np.ascontiguousarray(rows[order[starts]]), groups)
 
     def holds(self, version: int, alive: int) -> bool:

@@ -35,7 +35,7 @@ import apsw
 import numpy as np
 
 from memd.heap import release_memory
-from memd.index.copies import Copies, fingerprints
+from memd.index.copies import Copies, by_print, fingerprints, grouped
 from memd.index.db import atomic, select_in
 
 __all__ = ["PROJECTED_DIMS", "RESCORED", "Sketch", "first_pass", "stacked"]
@@ -293,7 +293,6 @@ class Sketch:
             return copies.best(q, n)
         scores = rows @ q
         scores[~live] = -np.inf
-        alive = int(live.sum())
         # Start as wide as the last search had to go: the share of copies is the index's.
         take = min(n * WIDEN_MAX, max(n, int(n * self._widened)))
         while True:  # widen until the best ``take`` hold n distinct vectors (or enough tries)
@@ -304,9 +303,7 @@ class Sketch:
             # one group per distinct vector: the picked rows in order of their bytes' hash
             # (copies in row order: the same answer whatever order argpartition left)
             picked.sort()
-            by_print = picked[np.argsort(prints[picked], kind="stable")]
-            sorted_prints = prints[by_print]
-            starts = np.flatnonzero(np.r_[True, sorted_prints[1:] != sorted_prints[:-1]])
+            order, starts = by_print(prints, picked)
             distinct = len(starts)
             if distinct >= n or alive <= take or take >= n * WIDEN_MAX:
                 break
@@ -314,10 +311,8 @@ class Sketch:
             take = min(alive, n * WIDEN_MAX, max(take * 2, take * n // max(1, distinct)))
         self._widened = take / n
         # groups ranked by their best-scoring copy, best first
-        best = np.maximum.reduceat(scores[by_print], starts)
-        flat = ids[by_print].tolist()
-        bounds = [*starts.tolist(), len(flat)]
-        return [flat[bounds[g] : bounds[g + 1]] for g in np.argsort(-best, kind="stable")[:n]]
+        best = np.maximum.reduceat(scores[order], starts)
+        return grouped(ids, order, starts, np.argsort(-best, kind="stable")[:n].tolist())
 
     def closest(
         self, query: np.ndarray[Any, Any], groups: list[list[int]], m: int
