@@ -16,6 +16,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import random
 import shutil
 import signal
 import statistics
@@ -127,18 +128,33 @@ def summary(ms: list[float]) -> dict[str, float]:
     }
 
 
-def build_corpus(data: Path, ws: Path, copies: int) -> None:
+def build_corpus(data: Path, ws: Path, copies: int, *, distinct: bool = False) -> None:
     """Copy the LoCoMo conversations ``copies`` times into a workspace, deterministically.
 
     Copy k of a conversation lives under memory/cNNN/<conversation>/ with each daily log's date
     moved k x 53 weeks on (so the copies span years, as a long-lived agent's logs do). The text
     is kept byte for byte: after the first copy every chunk's vector comes from the embedding
     cache, which is what makes 100,000 chunks of real text affordable on two cores.
+
+    ``distinct``: after the first copy, each turn of a log is replaced by one drawn at random
+    from every conversation's turns (headings and blank lines stay), so every chunk is a text,
+    and a vector, of its own, while each line is still a real turn whose vector the cache
+    holds: only the chunks' own vectors are embedded. The vector half then meets distinct
+    vectors, as in a real workspace, not a few hundred repeated.
     """
     (ws / "memory").mkdir(parents=True)
     (ws / "MEMORY.md").write_text("# Long-Term Memory\n\nBenchmark corpus built from LoCoMo.\n")
+    convs = sorted(p for p in data.iterdir() if p.is_dir())
+    turns = [
+        line
+        for conv in convs
+        for src in sorted((conv / "memory").glob("*.md"))
+        for line in src.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    rng = random.Random(20261207)
     for k in range(copies):
-        for conv in sorted(p for p in data.iterdir() if p.is_dir()):
+        for conv in convs:
             target = ws / "memory" / f"c{k:03d}" / conv.name
             target.mkdir(parents=True)
             for src in sorted((conv / "memory").glob("*.md")):
@@ -146,7 +162,14 @@ def build_corpus(data: Path, ws: Path, copies: int) -> None:
                     name = f"{datetime.date.fromisoformat(src.stem) + datetime.timedelta(weeks=53 * k)}.md"
                 except ValueError:
                     name = src.name
-                shutil.copyfile(src, target / name)
+                if not distinct or k == 0:
+                    shutil.copyfile(src, target / name)
+                    continue
+                lines = [
+                    line if not line.strip() or line.startswith("#") else rng.choice(turns)
+                    for line in src.read_text().splitlines()
+                ]
+                (target / name).write_text("\n".join(lines) + "\n")
 
 
 def start_daemon(
