@@ -219,6 +219,11 @@ def stop_daemon(proc: subprocess.Popen[bytes]) -> None:
 
 
 def wait_indexed(c: memd_client.Client, ws: str, *, vectors: bool) -> dict[str, Any]:
+    """Poll status until the workspace is indexed (``vectors``: embedded too). A status walks
+    the workspace to compare every file with the index (70-130 ms at 3,201 files while the
+    daemon embeds), so the polls thin out as the wait grows: a twentieth of the time waited,
+    0.5 to 5 s apart, and a long first index is not slowed by its own measurement."""
+    start = time.monotonic()
     while True:
         st: dict[str, Any] = dict(c.status(workspace=ws)["workspaces"][0])
         settled = st["identity"]["state"] == "valid" and not st["freshness"]["rebuilding"]
@@ -228,7 +233,7 @@ def wait_indexed(c: memd_client.Client, ws: str, *, vectors: bool) -> dict[str, 
             and (not vectors or st["files_pending"] == 0)
         ):
             return st
-        time.sleep(1)
+        time.sleep(min(5.0, max(0.5, (time.monotonic() - start) / 20)))
 
 
 def fresh_slices(qs: list[str], *sizes: int) -> list[list[str]]:
