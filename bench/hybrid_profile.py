@@ -56,8 +56,9 @@ STAGES: list[tuple[str, Any, str]] = [
     ("vector candidates, in all", SearchReads, "vector_candidates"),
     ("merge: line vectors read", SearchReads, "line_vectors"),
     ("merge: cosines of chunks and lines", memd.search.fusion, "_cosines"),
-    ("merge, in all", memd.search.fusion, "_merge"),
-    ("decay, MMR, thresholds", memd.search.finish, "_finish"),
+    # memd.search calls these by the names it imported: they are wrapped there.
+    ("merge, in all", memd.search, "_merge"),
+    ("decay, MMR, thresholds", memd.search, "_finish"),
     ("snippet windows", memd.search.hits.Hit, "window"),
 ]
 
