@@ -4,6 +4,7 @@ fast, and ``memctl reindex`` shows it as it goes (a bar on a terminal, JSON line
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -189,6 +190,59 @@ def test_the_eta_counts_texts_so_a_long_file_does_not_stall_it(tmp_path: Path) -
             later = wait_for(mid_file, "a later look at the same file")
             assert later["texts_total"] == total, "the total climbed with nothing new on disk"
             wait_for(lambda: c.status("long")["workspaces"][0]["files_pending"] == 0, "done")
+
+
+class PerCharEmbedder(FakeEmbedder):
+    """The fake provider at a model's pace, which grows with the text: a long chunk costs the
+    model many times what a short line does. (A slowed fake, as above.)"""
+
+    def __init__(self, seconds_per_char: float) -> None:
+        super().__init__(batch_size=4)
+        self.seconds_per_char = seconds_per_char
+
+    def embed_batch(self, texts: Sequence[str], *, kind: Kind = "document") -> Vectors:
+        if kind == "document":
+            time.sleep(self.seconds_per_char * sum(len(t) for t in texts))
+        return super().embed_batch(texts, kind=kind)
+
+
+def test_the_eta_counts_characters_so_cheap_texts_first_do_not_flatter_it(
+    tmp_path: Path,
+) -> None:
+    """The newest files, embedded first, hold short lines; the older ones long ones, 15 times
+    the characters a text. Counted by texts, the rate of the cheap ones promised the rest in
+    a fortieth of its time; counted by characters, the ETA read once the cheap files are in
+    is of the order of the time the rest then takes."""
+    ws = tmp_path / "mixed"
+    (ws / "memory").mkdir(parents=True)
+    now = time.time()
+    for i in range(12):  # 11 short texts a file
+        f = ws / "memory" / f"short-{i:02d}.md"
+        f.write_text("\n".join(f"- n{i}.{j} fine" for j in range(10)) + "\n")
+        os.utime(f, (now, now))
+    long_line = " ".join(["the quarterly plan moves the launch"] * 14)  # 503 characters
+    for i in range(6):  # 4 long texts a file
+        f = ws / "memory" / f"long-{i:02d}.md"
+        f.write_text("\n".join(f"- {i}.{j} {long_line}" for j in range(3)) + "\n")
+        os.utime(f, (now - 3600, now - 3600))
+    with running_daemon(embedder=PerCharEmbedder(0.0002)) as daemon:
+        with memd_client.connect(daemon.socket_path) as c:
+            c.workspace_add(str(ws), name="mixed")
+
+            def short_ones_in() -> dict[str, object] | None:
+                st = c.status("mixed")["workspaces"][0]
+                p = st["progress"]
+                if p and p.get("kind") == "embed" and p.get("chunks_done", 0) >= 12:
+                    return p
+                return None
+
+            read = wait_for(short_ones_in, "the short files embedded", timeout=60)
+            taken = time.monotonic()
+            wait_for(lambda: c.status("mixed")["workspaces"][0]["files_pending"] == 0, "done")
+            rest = time.monotonic() - taken
+    assert read["chars_done"] < read["chars_total"] / 4  # type: ignore[operator]
+    # about 3.6 s were left; counted by texts the ETA said about 0.1
+    assert read["eta_s"] is not None and read["eta_s"] >= rest / 3, (read, rest)
 
 
 def test_the_workspace_a_search_waits_on_embeds_before_the_others(tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ class PendingEmbedding(ChunkEmbedding):
             files_total = base + counts["pending_files"]
             chunks_total = act.chunks_done + counts["chunks"] - counts["embedded_chunks"]
             if act.phase != "embed" or chunks_total != act.chunks_total:
-                act.texts_left(self._texts_needed(store))  # a start, or new files pending
+                act.texts_left(*self._texts_needed(store))  # a start, or new files pending
             act.embedding(base, files_total, chunks_total)
         # An embedder that takes large requests in parallel (a remote API) gets the missing
         # texts of many files in one call; the files are then stored from the cache.
@@ -83,7 +83,7 @@ class PendingEmbedding(ChunkEmbedding):
             if progress:
                 progress("embed", n, len(paths))
             todo = store.unembedded(path)
-            embedded = report.embedded
+            embedded, chars = report.embedded, report.embedded_chars
             try:
                 if waved and n == 1:
                     budget = max(max_chars or 0, e.step_chars)
@@ -99,7 +99,7 @@ class PendingEmbedding(ChunkEmbedding):
                 hits = SyncReport() if path in gathered else report
                 vectors = self._chunk_vectors(e, todo, hits, embed=not waved, max_chars=max_chars)
                 if act is not None:
-                    act.texts_done += report.embedded - embedded
+                    act.embedded(report.embedded - embedded, report.embedded_chars - chars)
                 if unusable and len(vectors) < len(todo):
                     if not unusable.hashes.isdisjoint(self._texts_of(todo)):
                         raise unusable
@@ -277,15 +277,16 @@ class PendingEmbedding(ChunkEmbedding):
         except MemdError as exc:
             logger.warning("the Batch API refused the texts of %s (%s): sent live", self.root, exc)
 
-    def _texts_needed(self, store: Store) -> int:
-        """How many texts the pending files of ``store`` still need from the model: those of
-        their chunks (and lines) the embedding cache lacks."""
+    def _texts_needed(self, store: Store) -> tuple[int, int]:
+        """How many texts the pending files of ``store`` still need from the model (those of
+        their chunks and lines the embedding cache lacks), and their characters."""
         if self.cache is not None and self.embedder is not None:
-            return len(self._missing_texts(store))
-        texts: dict[str, str] = {}
-        for path in store.pending_paths():
-            texts.update(self._texts_of(store.unembedded(path)))
-        return len(texts)
+            texts = self._missing_texts(store)
+        else:
+            texts = {}
+            for path in store.pending_paths():
+                texts.update(self._texts_of(store.unembedded(path)))
+        return len(texts), sum(len(t) for t in texts.values())
 
     def _missing_texts(self, store: Store) -> dict[str, str]:
         """hash -> text of every text (chunk or line) the pending files of ``store`` still

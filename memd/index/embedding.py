@@ -122,6 +122,7 @@ class ChunkEmbedding:
                 self.cache.put_many(e.settings_key, e.provider, e.model, fresh)
             by_hash.update(fresh)
             report.embedded += len(fresh)
+            report.embedded_chars += sum(len(t) for i, (_, t) in enumerate(batch) if i not in bad)
             if bad:
                 try:
                     check_vectors(vectors, len(batch), e.dims)

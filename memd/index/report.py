@@ -20,9 +20,13 @@ class Activity:
     into keyword rows), "embed" (the embedding backlog of the live index) or "rebuild" (a new
     index built beside the live one); ``phase`` is "scan" or "embed" within it.
 
-    The rate and the ETA count the texts the model embeds (``texts_done`` of ``texts_total``,
-    those the embedding cache lacks) as each is embedded. Counted by files stored, a long file
-    held the count still for many steps and the ETA climbed until it was stored."""
+    The rate and the ETA count what the model embeds as each text is embedded: the texts
+    (``texts_done`` of ``texts_total``, those the embedding cache lacks) and their characters
+    (``chars_done`` of ``chars_total``), and the ETA is the characters left at the pace of
+    those done. Counted by files stored, a long file held the count still for many steps and
+    the ETA climbed until it was stored. Counted by texts, a pass whose cheap texts came first
+    promised a quarter of its time: 9,766 chunks whose short lines were embedded first, then
+    only their chunks, each 15 times as long, said "about 12 minutes left" for 40 minutes."""
 
     kind: str
     phase: str = "scan"
@@ -32,6 +36,8 @@ class Activity:
     chunks_total: int = 0
     texts_done: int = 0
     texts_total: int = 0
+    chars_done: int = 0
+    chars_total: int = 0
     started: float = field(default_factory=time.monotonic)
     embed_started: float | None = None
 
@@ -45,9 +51,16 @@ class Activity:
         if chunks_total is not None:
             self.chunks_total = chunks_total
 
-    def texts_left(self, left: int) -> None:
-        """The model has ``left`` texts still to embed, from now on."""
+    def texts_left(self, left: int, chars: int) -> None:
+        """The model has ``left`` texts of ``chars`` characters in all still to embed, from
+        now on."""
         self.texts_total = self.texts_done + left
+        self.chars_total = self.chars_done + chars
+
+    def embedded(self, texts: int, chars: int) -> None:
+        """The model has embedded ``texts`` more texts, of ``chars`` characters."""
+        self.texts_done += texts
+        self.chars_done += chars
 
     def to_dict(self) -> dict[str, Any]:
         """The activity as status reports it: counts, chunks and texts per second and an ETA
@@ -55,12 +68,13 @@ class Activity:
         now = time.monotonic()
         spent = max(now - self.embed_started, 1e-3) if self.embed_started is not None else 0.0
         rate = eta = text_rate = None
-        if spent and self.texts_total and self.texts_done:
-            # the pace in chunks, from the texts: a long file's chunks count only once all of
-            # its texts are in
+        if spent and self.chars_total and self.chars_done:
+            # the pace in chunks, from the characters: a long file's chunks count only once
+            # all of its texts are in, and a short text costs the model less than a long one
             text_rate = self.texts_done / spent
-            rate = text_rate * max(self.chunks_total, 1) / self.texts_total
-            eta = max(self.texts_total - self.texts_done, 0) / text_rate
+            char_rate = self.chars_done / spent
+            rate = char_rate * max(self.chunks_total, 1) / self.chars_total
+            eta = max(self.chars_total - self.chars_done, 0) / char_rate
         elif spent and self.chunks_done:  # nothing for the model: the vectors come from cache
             rate = self.chunks_done / spent
             eta = max(self.chunks_total - self.chunks_done, 0) / rate
@@ -75,6 +89,8 @@ class Activity:
             "texts_done": self.texts_done,
             "texts_total": self.texts_total,
             "texts_per_s": round(text_rate, 2) if text_rate else None,
+            "chars_done": self.chars_done,
+            "chars_total": self.chars_total,
             "eta_s": round(eta, 1) if eta is not None and self.phase == "embed" else None,
             "elapsed_s": round(now - self.started, 1),
         }
@@ -90,6 +106,7 @@ class SyncReport:
     removed: int = 0
     chunks_written: int = 0
     embedded: int = 0
+    embedded_chars: int = 0  # the characters of the texts embedded
     cache_hits: int = 0
     pending_files: int = 0
     rebuilt: bool = False
@@ -101,7 +118,7 @@ class SyncReport:
     def add(self, later: SyncReport) -> None:
         """Fold in the report of a later slice of the same sync."""
         counts = ("scanned", "indexed", "unchanged", "removed", "chunks_written", "embedded")
-        for name in (*counts, "cache_hits"):
+        for name in (*counts, "embedded_chars", "cache_hits"):
             setattr(self, name, getattr(self, name) + getattr(later, name))
         self.pending_files = later.pending_files
         self.rebuilt = self.rebuilt or later.rebuilt
