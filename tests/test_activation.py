@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,16 @@ import pytest
 
 import memd_client
 from memd.daemon import EXIT_OK, EXIT_STARTUP_FAILURE
-from memd_client.protocol import MAX_RESPONSE_BYTES, REQUEST, Response, make_unpacker, pack, parse
+from memd.ipc.server import Server
+from memd_client.protocol import (
+    MAX_RESPONSE_BYTES,
+    REQUEST,
+    RESPONSE,
+    Response,
+    make_unpacker,
+    pack,
+    parse,
+)
 
 from .daemon_fixture import short_socket_dir, wait_for
 
@@ -186,6 +196,31 @@ def test_an_activated_memd_stops_when_idle_and_the_next_client_is_served(
             stop(proc)
     finally:
         sock.close()
+
+
+def test_the_accept_loop_gives_way_when_asked_to_pause(sock_dir: Path) -> None:
+    """An idle socket-activated memd stops accepting before it stops. The accept loop takes
+    its lock for each turn of 0.25 s; waiting on the lock alone, the pause waited for minutes
+    on an idle machine, as the loop took it again the moment it let go."""
+    server = Server(
+        sock_dir / "memd.sock", lambda request, state: [RESPONSE, request.msgid, None, {"ok": 1}]
+    )
+    server.bind()
+    server.start()
+    try:
+        for _ in range(12):
+            paused = threading.Event()
+            pausing = threading.Thread(
+                target=lambda done=paused: (server.pause_accepting(), done.set())
+            )
+            pausing.start()
+            assert paused.wait(5), "the accept loop kept the turn a pause waited for"
+            pausing.join()
+            server.resume_accepting()
+            with memd_client.connect(sock_dir / "memd.sock", autostart=False) as c:
+                assert c.hello() == {"ok": 1}  # resumed: a client is served again
+    finally:
+        server.stop()
 
 
 def test_idle_exit_is_ignored_without_socket_activation(sock_dir: Path) -> None:

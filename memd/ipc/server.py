@@ -114,8 +114,10 @@ class Server:
         # A socket a service manager opened and passed (memd/ipc/activation.py): served as
         # it is, and its file is the manager's, never unlinked here.
         self._given = listening
-        # Held while a connection is accepted and admitted; pause_accepting() takes it.
+        # Held while a connection is accepted and admitted; pause_accepting() takes it, and
+        # the accept loop takes no new turn while it is asked to (``_pausing``).
         self._accepting = threading.Lock()
+        self._pausing = threading.Event()
         self._paused = False
         self.handle = handle
         self.max_connections = max_connections
@@ -229,7 +231,12 @@ class Server:
     def pause_accepting(self) -> None:
         """Stop taking connections from the socket's queue, once no accept is under way: for
         a socket-activated memd deciding to stop when idle, what waits in the queue is served
-        by the next memd its manager starts, and nothing is accepted only to be dropped."""
+        by the next memd its manager starts, and nothing is accepted only to be dropped.
+
+        The accept loop is asked first, then its turn is waited for: a lock is not fair, and
+        the loop, releasing it at the end of each turn and taking it again at once, kept this
+        call waiting for minutes on an idle machine (an idle memd that never stopped)."""
+        self._pausing.set()
         self._accepting.acquire()
         self._paused = True
 
@@ -237,13 +244,18 @@ class Server:
         if self._paused:
             self._paused = False
             self._accepting.release()
+        self._pausing.clear()
 
     def _accept_loop(self) -> None:
         while not self._stopping.is_set():
+            if self._pausing.is_set():
+                time.sleep(0.05)  # paused, or about to be: the turn is pause_accepting's
+                continue
             with self._accepting:
                 if self._stopping.is_set():
                     return
-                self._accept_one()
+                if not self._pausing.is_set():
+                    self._accept_one()
 
     def _accept_one(self) -> None:
         assert self._sock is not None
