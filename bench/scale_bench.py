@@ -23,8 +23,8 @@ FTS5's plain ranking, with both timed.
 ``--distinct`` builds copies whose turns are drawn at random from all the conversations
 (socket_bench.build_corpus): every chunk a text and a vector of its own, so the vector half
 is measured as a real workspace would meet it and not on a few hundred vectors repeated.
-Only the chunks' own vectors are new (each line is a real turn, cached): about 15 minutes
-for 9,766 chunks with MiniLM on two cores.
+Only the chunks' own vectors are new (each line is a real turn, cached): about 4 chunks a
+second with MiniLM on one thread, some 40 minutes for 9,766 chunks on two cores.
 
 Homes are kept, so a second run reuses the built indexes (its index time is then not a
 first index and is reported as null).

@@ -147,7 +147,7 @@ def build_corpus(data: Path, ws: Path, copies: int, *, distinct: bool = False) -
     convs = sorted(p for p in data.iterdir() if p.is_dir())
     turns = [
         line
-        for conv in convs
+        for conv in (convs if distinct else [])
         for src in sorted((conv / "memory").glob("*.md"))
         for line in src.read_text().splitlines()
         if line.strip() and not line.startswith("#")
