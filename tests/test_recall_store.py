@@ -285,6 +285,34 @@ def test_mark_promoted(store: RecallStore, clock: FakeTime) -> None:
     assert store.counts()["promoted"] == 1
 
 
+def test_counts_read_the_store_again_only_when_it_changed(
+    store: RecallStore, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Status asks for the counts at every call; a store of thousands of entries took a tenth
+    of a second to parse each time. A spy counts the reads of the file."""
+    reads: list[Path] = []
+    real_read = RecallStore._read
+
+    def spy(self: RecallStore, path: Path) -> Any:
+        reads.append(path)
+        return real_read(self, path)
+
+    monkeypatch.setattr(RecallStore, "_read", spy)
+    store.record("q", [hit()])
+    reads.clear()
+    assert store.counts()["entries"] == 1
+    assert len(reads) == 1
+    other = RecallStore(workspace)  # status makes a store of its own at every call
+    assert other.counts()["entries"] == 1
+    other.counts()["entries"] = 99  # a caller's copy, not the kept one
+    assert other.counts()["entries"] == 1
+    assert len(reads) == 1, "the file had not changed"
+    store.record("q2", [hit(start=10)])
+    assert other.counts()["entries"] == 2, "a write is seen at the next count"
+    store.path.write_text("not json")  # damaged from outside: counted again, and recovered
+    assert store.counts()["entries"] == 1  # from .prev, the store before the last write
+
+
 def test_load_normalises(store: RecallStore) -> None:
     good = {
         "path": "memory/2026-04-01.md",
