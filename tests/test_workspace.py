@@ -299,6 +299,31 @@ def test_extra_dir_walk_applies_ignore_rules(tmp_path: Path) -> None:
     assert rels(tmp_path, "notes") == ["notes/ok.md"]
 
 
+@pytest.mark.parametrize("spelling", ["absolute", "relative", "dotted"])
+def test_paths_are_relative_to_the_root_however_it_is_spelt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    """Paths under the root are cut from the walk's own; the others (an extra path outside, a
+    root spelt with ``..``) go through relpath. Both must give what relpath gives."""
+    ws = tmp_path / "ws"
+    for rel in ("MEMORY.md", "memory/2026-04-01.md", "memory/a b/c é.md", "memory/x/y/z.md"):
+        write(ws / rel)
+    write(tmp_path / "outside" / "o.md")
+    monkeypatch.chdir(tmp_path)
+    root = {"absolute": ws, "relative": Path("ws"), "dotted": Path("ws/../ws")}[spelling]
+    d = discover(root, ["../outside", "memory/x"])
+    found = {f.rel: f.abs for f in d.files}
+    assert set(found) == {
+        "MEMORY.md",
+        "memory/2026-04-01.md",
+        "memory/a b/c é.md",
+        "memory/x/y/z.md",
+        "../outside/o.md",
+    }
+    for rel, path in found.items():
+        assert rel == os.path.relpath(path, root)
+
+
 def test_removed_file_is_gone_on_rescan(tmp_path: Path) -> None:
     f = write(tmp_path / "memory" / "a.md")
     assert rels(tmp_path) == ["memory/a.md"]

@@ -85,11 +85,15 @@ class SourceFile:
     """One memory file found on disk."""
 
     rel: str
-    abs: Path
+    path: str  # absolute: ``abs`` as a Path, made when asked (a walk of thousands reads few)
     size: int
     mtime_ns: int
     kind: Kind
     day: datetime.date | None
+
+    @property
+    def abs(self) -> Path:
+        return Path(self.path)
 
 
 @dataclass(frozen=True)
@@ -202,7 +206,7 @@ def memory_file(
     if st.st_size > max_file_bytes:
         return "rescan", None
     kind, day = classify(rel)
-    return "file", SourceFile(rel, Path(path), st.st_size, st.st_mtime_ns, kind, day)
+    return "file", SourceFile(rel, path, st.st_size, st.st_mtime_ns, kind, day)
 
 
 def read_regular(path: Path, limit: int = -1) -> bytes | None:
@@ -258,6 +262,7 @@ class _Scan:
 
     def __init__(self, root: Path, max_file_bytes: int, *, diary: bool) -> None:
         self.root = root
+        self._below = os.path.join(str(root), "")  # the walk's paths start so: cut, not relpath
         self.max_file_bytes = max_file_bytes
         self.found: list[tuple[SourceFile, FileId]] = []
         self.diary = diary
@@ -271,6 +276,9 @@ class _Scan:
             self.root_id = file_id(os.stat(root))
 
     def rel(self, path: str) -> str:
+        # A file of the walk is cut from its path: relpath took a third of a walk's time.
+        if path.startswith(self._below) and not path.endswith(os.sep):
+            return path[len(self._below) :].replace(os.sep, "/")
         return os.path.relpath(path, self.root).replace(os.sep, "/")
 
     def root_files(self) -> None:
@@ -377,7 +385,7 @@ class _Scan:
             self.skipped.append((rel, "unreadable: permission denied"))
             return
         kind, day = classify(rel)
-        found = SourceFile(rel, Path(path), st.st_size, st.st_mtime_ns, kind, day)
+        found = SourceFile(rel, path, st.st_size, st.st_mtime_ns, kind, day)
         self.found.append((found, file_id(st)))
 
 
