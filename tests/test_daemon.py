@@ -17,6 +17,7 @@ import pytest
 import memd_client
 from memd.changes import Changes
 from memd.daemon import Daemon
+from memd.dreams.recall_store import RecallStore
 from memd.embed.fake import FakeEmbedder
 from memd.index.report import SyncReport
 from memd.index.sync import Syncer
@@ -94,6 +95,51 @@ def test_every_method(daemon: Daemon, ws: Path) -> None:
         assert st["watcher"]["state"] in ("watching", "polling")
         assert c.call("workspace_remove", workspace="agent") == {"removed": True}
         assert c.call("workspace_list") == {"workspaces": [], "missing": []}
+
+
+def test_explicit_recalls_parse_the_store_once_and_keep_what_others_wrote(
+    daemon: Daemon, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """record_recall made a store of its own at every call and parsed the whole file: two
+    thirds of a second at 2,800 entries. It now writes through the recorder's store, which
+    trusts its own last write, and reads the file again when another process replaced it. A
+    spy counts the parses of the store."""
+    parses: list[Path] = []
+    real_read = RecallStore._read
+
+    def spy(self: RecallStore, path: Path) -> Any:
+        if path.name == "short-term-recall.json":
+            parses.append(path)
+        return real_read(self, path)
+
+    monkeypatch.setattr(RecallStore, "_read", spy)
+    log = ws / "memory" / "2026-03-02.md"
+    log.write_text(
+        "".join(f"- note {i}: the rack {i} moved to the Orion hall\n" for i in range(12))
+    )
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        c.call("reindex", workspace="agent")
+
+        def recall(line: int) -> Any:
+            hit = {"path": "memory/2026-03-02.md", "start_line": line, "end_line": line}
+            return c.call("record_recall", workspace="agent", query=f"q{line}", results=[hit])
+
+        for line in range(1, 7):
+            assert recall(line) == {"recorded": 1}
+        assert len(parses) == 1, "one parse, then the store's own writes are trusted"
+        store = RecallStore(ws, folder=parses[0].parent)  # in memd's state, not the workspace
+        assert len(store.load()) == 6
+        # Another process (OpenClaw, memctl) replaces the file: its entries must survive.
+        entries = store.load()
+        kept = sorted(entries)[0]
+        del entries[kept]
+        store.save(entries)
+        parses.clear()
+        assert recall(7) == {"recorded": 1}
+        assert parses, "the file was replaced by someone else: read again"
+        final = RecallStore(ws, folder=store.dir).load()
+        assert len(final) == 6 and kept not in final
 
 
 def test_the_first_search_of_a_new_workspace_is_indexed_by_the_writer(

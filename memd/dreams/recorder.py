@@ -115,6 +115,17 @@ class RecallRecorder:
             self._queued += 1
             self._bytes += size
 
+    def store(self, root: Path, folder: Path | None = None) -> RecallStore:
+        """The store of the workspace at ``root`` (its dreaming files in ``folder``) that the
+        recorder writes. One object per workspace for every writer in the daemon: it trusts
+        its own last write, so an explicit record_recall does not parse the whole file again
+        (two thirds of a second at 2,800 entries on a busy 2-core machine)."""
+        with self._cond:
+            store = self._stores.get(root)
+            if store is None or (folder is not None and store.dir != folder):
+                store = self._stores[root] = RecallStore(root, folder=folder, clock=self.clock)
+            return store
+
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Block until everything submitted before this call is written (tests, promotion)."""
         with self._cond:
@@ -148,11 +159,7 @@ class RecallRecorder:
             written = 0
             for (root, folder), searches in by_root.items():
                 try:
-                    store = self._stores.get(root)
-                    if store is None or (folder is not None and store.dir != folder):
-                        store = self._stores[root] = RecallStore(
-                            root, folder=folder, clock=self.clock
-                        )
+                    store = self.store(root, folder)
                     self.recorded += store.record_many(searches)
                     with contextlib.suppress(OSError):
                         written += store.path.stat().st_size

@@ -55,7 +55,11 @@ class Dreams:
                 raise BadRequest("each result needs start_line <= end_line")
             score = float_param(item, "score", 0.0, 1.0)
             clean.append({"path": path, "start_line": start, "end_line": end, "score": score})
-        store = RecallStore(ws.root, folder=ws.dream_place.folder, clock=ctx.clock)
+        folder = ws.dream_place.folder
+        if ctx.recorder is not None:
+            store = ctx.recorder.store(ws.root, folder)  # the recorder's: no parse per call
+        else:
+            store = RecallStore(ws.root, folder=folder, clock=ctx.clock)
         with _refused_write("record recalls"):
             return {"recorded": store.record(query or "", clean)}
 
