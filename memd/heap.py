@@ -7,7 +7,7 @@ collects garbage and asks glibc to return what it can (malloc_trim); elsewhere i
 Under held load the daemon is never quiet for long, and its footprint crept up for minutes: one
 thread per client, each allocating in one of glibc's per-thread arenas, leaves free pages spread
 over all of them. ``trim_heap`` hands those back without a garbage collection, and the daemon
-calls it on a timer; ``configure_allocator`` keeps the arenas few in the first place.
+calls it on a timer.
 """
 
 from __future__ import annotations
@@ -30,26 +30,14 @@ logger = logging.getLogger(__name__)
 # keep them at their high-water mark: at 10,000 chunks the idle daemon held 91 MB, 71 with the
 # threshold fixed at 1 MiB.
 MMAP_THRESHOLD = 1 << 20
-
-# glibc gives each new thread an arena of its own, up to eight per core: a daemon with a thread
-# per client ends with sixteen on two cores, each keeping its own free pages and its own
-# fragments between long-lived blocks. Python allocates under the GIL, so its threads seldom
-# contend for an arena; two leave room for what allocates outside it (SQLite, numpy).
-ARENA_MAX = 2
-
 _M_MMAP_THRESHOLD = -3  # malloc.h
-_M_ARENA_MAX = -8
 
 
 def configure_allocator() -> bool:
-    """Fix glibc's mmap threshold and arena count (Linux; elsewhere nothing). Called once at
-    start, before the process's threads; returns whether both settings took."""
+    """Fix glibc's mmap threshold (Linux; elsewhere nothing). Called once at start, before the
+    daemon's threads; returns whether the setting took."""
     libc = _glibc()
-    if libc is None:
-        return False
-    threshold = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    arenas = libc.mallopt(_M_ARENA_MAX, ARENA_MAX)
-    return bool(threshold) and bool(arenas)
+    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
 
 
 def release_memory() -> None:

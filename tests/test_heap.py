@@ -1,4 +1,4 @@
-"""The allocator settings the daemon makes at start (memd/heap.py), each in a process of its own."""
+"""The allocator setting the daemon makes at start (memd/heap.py), in a process of its own."""
 
 from __future__ import annotations
 
@@ -38,34 +38,3 @@ def test_large_blocks_go_back_to_the_os_when_freed() -> None:
 
     assert returned("set") >= 250  # of the 300 MB freed
     assert returned("default") < 100  # the threshold rose: the pages stayed
-
-
-ARENAS = """
-import ctypes, sys, threading
-from memd.heap import configure_allocator
-if sys.argv[1] == "set":
-    assert configure_allocator()
-together = threading.Barrier(16)
-held = []
-def client():
-    together.wait()  # sixteen threads alive at once, as under sixteen sessions
-    held.append([bytearray(4096) for _ in range(64)])  # past pymalloc: glibc's, per thread
-threads = [threading.Thread(target=client) for _ in range(16)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-ctypes.CDLL("libc.so.6").malloc_stats()  # to stderr: one "Arena N:" line per arena
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_threads_share_a_few_arenas() -> None:
-    def arenas(mode: str) -> int:
-        out = subprocess.run(
-            [sys.executable, "-c", ARENAS, mode], capture_output=True, text=True, check=True
-        )
-        return sum(line.startswith("Arena ") for line in out.stderr.splitlines())
-
-    assert arenas("set") <= 2
-    assert arenas("default") > 2  # glibc's own limit is eight a core
