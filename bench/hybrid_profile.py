@@ -55,9 +55,15 @@ STAGES: list[tuple[str, Any, str]] = [
     ("vector: candidates' rows read", SearchReads, "chunks_by_id"),
     ("vector candidates, in all", SearchReads, "vector_candidates"),
     ("merge: line vectors read", SearchReads, "line_vectors"),
+    (
+        "merge: line vectors made ready (read, cast, pairs' norms)",
+        memd.search.fusion._Lines,
+        "__init__",
+    ),
     ("merge: cosines of chunks and lines", memd.search.fusion, "_cosines"),
     # memd.search calls these by the names it imported: they are wrapped there.
-    ("merge, in all", memd.search, "_merge"),
+    ("keyword half, before the vector (its lines ready too)", memd.search, "keyword_half"),
+    ("merge, after the vector", memd.search, "_merge"),
     ("decay, MMR, thresholds", memd.search, "_finish"),
     ("snippet windows", memd.search.hits.Hit, "window"),
 ]

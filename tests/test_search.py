@@ -637,3 +637,56 @@ def test_a_search_waiting_for_its_query_vector_holds_no_reader(
     finally:
         slow.gate.set()
         index.close()
+
+
+def test_the_keyword_half_is_ready_before_the_vector_and_ranks_as_if_it_came_at_once(
+    config: Config, workspace: Path, write: WriteFile, cache: EmbeddingCache, fake: FakeEmbedder
+) -> None:
+    """A hybrid search scores its keyword candidates and makes their line vectors ready while
+    its query embeds; what it finds is what it finds when the vector is there at once."""
+    import memd.search.fusion as fusion
+
+    slow = SlowQueries()
+    index = Index(config.index_dir / "ws.sqlite", use_vec=config.index.sqlite_vec)
+    index.open()
+    made: list[int] = []
+    real_init = fusion._Lines.__init__
+
+    def counted(self: Any, store: Any, ids: list[int]) -> None:  # a spy: counts, then runs
+        made.append(len(ids))
+        real_init(self, store, ids)
+
+    try:
+        for day in range(1, 7):
+            talk = [f"Bob: day {day} talk of topic{i} and note{i}" for i in range(12)]
+            talk.insert(day, f"Alice: the staging cluster moved to rack {day}")
+            write(f"memory/2026-03-0{day}.md", "\n".join(talk) + "\n")
+        write("MEMORY.md", "The staging cluster is called Orion.\nIt runs in Frankfurt.\n")
+        Syncer(index, workspace, config=config.index, embedder=slow, cache=cache).sync()
+        query, options = "where did the staging cluster move", opts(min_score=0.0)
+        at_once = search(index, query, options, embedder=fake)
+        fusion._Lines.__init__ = counted  # type: ignore[method-assign]
+        outcome: dict[str, Any] = {}
+        searching = threading.Thread(
+            target=lambda: outcome.update(r=search(index, query, options, embedder=slow))
+        )
+        searching.start()
+        assert slow.asked.wait(5)
+        deadline = time.monotonic() + 5
+        while not made and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert made, "the keyword candidates' lines were not made ready while the query embedded"
+        slow.gate.set()
+        searching.join(10)
+        later = outcome["r"]
+        assert [(h.path, h.start_line) for h in later.results] == [
+            (h.path, h.start_line) for h in at_once.results
+        ]
+        assert [h.score for h in later.results] == pytest.approx(
+            [h.score for h in at_once.results], abs=1e-6
+        )
+        assert later.mode == "hybrid" and len(later.results) > 2
+    finally:
+        fusion._Lines.__init__ = real_init  # type: ignore[method-assign]
+        slow.gate.set()
+        index.close()

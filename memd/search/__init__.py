@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Sequence
 from concurrent.futures import Future
 
 from memd.embed.base import Embedder, Vectors
@@ -23,7 +22,7 @@ from memd.index.index import Index
 from memd.index.reads import ChunkRow
 from memd.index.store import Store
 from memd.search.finish import _finish, _keyword_only
-from memd.search.fusion import _merge
+from memd.search.fusion import KeywordHalf, _merge, keyword_half
 from memd.search.hits import Hit, SearchOutcome
 from memd.search.keyword import keyword_match
 from memd.search.options import Mode, SearchOptions
@@ -82,21 +81,22 @@ def search(
                     keyword_rows = store.reads.keyword_candidates(
                         every, options.sources, options.candidates
                     )
+        # What the keyword half can finish without the vector is done while the query embeds.
+        half = keyword_half(store, keyword_rows, boost_terms, options) if mode == "hybrid" else None
         waiting = qvec_future is not None and not qvec_future.done()
         if qvec_future is None:
             hits = _keyword_only(store, keyword_rows, boost_terms, options, now, names)
         elif not waiting:
-            hits = _vector_half(
-                store, qvec_future.result(), keyword_rows, boost_terms, options, mode, now, names
-            )
+            hits = _vector_half(store, qvec_future.result(), half, options, now, names)
     if waiting:
         assert qvec_future is not None
-        # The model is busy (a document job runs): wait without holding one of the readers
-        # that every other search, get and the writer need. The vector half reads a newer
-        # snapshot; it looks chunks up by id, and one removed meanwhile only loses its vector.
+        # The vector is not here yet (the model is busy with a query, or a document job):
+        # wait without holding one of the readers that every other search, get and the
+        # writer need. The vector half reads a newer snapshot; it looks chunks up by id, and
+        # one removed meanwhile only loses its vector.
         qvec = qvec_future.result()
         with index.reader() as store:
-            hits = _vector_half(store, qvec, keyword_rows, boost_terms, options, mode, now, names)
+            hits = _vector_half(store, qvec, half, options, now, names)
     for hit in hits:
         hit.window(boost_terms, options.snippet_chars)
     return SearchOutcome(hits, mode, provider, model, note)
@@ -105,16 +105,15 @@ def search(
 def _vector_half(
     store: Store,
     qvec: Vectors,
-    keyword_rows: list[ChunkRow],
-    terms: Sequence[str],
+    half: KeywordHalf | None,
     options: SearchOptions,
-    mode: Mode,
     now: float | None,
     names: tuple[Named, ...],
 ) -> list[Hit]:
-    """Hybrid or vector hits: the vector candidates, merged with the keyword ones."""
+    """Hybrid or vector hits: the vector candidates, merged with the keyword half (None in
+    vector mode)."""
     vector_rows = store.reads.vector_candidates(qvec, options.sources, options.candidates)
-    hits = _merge(store, qvec, vector_rows, keyword_rows, terms, options, hybrid=mode == "hybrid")
+    hits = _merge(store, qvec, vector_rows, half, options)
     return _finish(store, hits, options, now, names)
 
 
