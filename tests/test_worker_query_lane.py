@@ -274,6 +274,32 @@ def test_status_counts_the_queries_by_the_threads_they_had(tmp_path: Path) -> No
         e.close()
 
 
+def test_a_search_hears_whether_the_last_query_had_every_core(tmp_path: Path) -> None:
+    """A search leaves the cores to a query that has them all (memd/search); it learns that
+    from what the worker gave the last query, and never expects every core among others."""
+    e = ProcessEmbedder(MODEL, threads=1, query_threads=2, memory=ModeMemory(tmp_path / "m.json"))
+    try:
+        assert not e.query_takes_every_core(), "nothing is known before the first query"
+        with e.searching(), e.searching():
+            e.embed_batch([QUESTIONS[0]], kind="query")
+        assert not e.query_takes_every_core(), "the last query had the documents' share"
+        for question in QUESTIONS[1:]:
+            before = e.health()["query_threads"].get("2", 0)
+            e.embed_batch([question], kind="query")
+            had_every_core = e.health()["query_threads"].get("2", 0) > before
+            assert e.query_takes_every_core() == had_every_core
+            with e.searching(), e.searching():
+                assert not e.query_takes_every_core()
+    finally:
+        e.close()
+    one = ProcessEmbedder(MODEL, threads=1, memory=ModeMemory(tmp_path / "one.json"))
+    try:
+        one.embed_batch([QUESTIONS[0]], kind="query")
+        assert not one.query_takes_every_core(), "threads set by hand: a query has the same"
+    finally:
+        one.close()
+
+
 def test_a_query_among_other_searches_takes_the_documents_share_of_the_cores(
     tmp_path: Path,
 ) -> None:

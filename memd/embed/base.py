@@ -104,6 +104,12 @@ class Embedder(ABC):
         query goes through :meth:`start_query`. The local model's worker can."""
         return None
 
+    def query_takes_every_core(self) -> bool:
+        """Whether a query now would likely run on every core (the local model's worker, when
+        its last query did): a search then leaves the cores to it while it waits for the
+        vector, rather than run work that can wait beside it (memd/search)."""
+        return False
+
     def searching(self) -> AbstractContextManager[None]:
         """Count a search in flight while the block runs (the service wraps each in it): a
         local model gives a query every core only while it is the only search."""

@@ -116,6 +116,7 @@ class ProcessEmbedder(Embedder):
         # Queries embedded, by the llama.cpp threads they had: every core only while nothing
         # else wants one (memd/embed/host.py), so status says how often that was.
         self.query_threads_used: dict[int, int] = {}
+        self._last_query_threads = 0
         self._counted = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         # The worker that has loaded its model, and so handles SIGUSR1 (before, it would die).
@@ -154,6 +155,12 @@ class ProcessEmbedder(Embedder):
 
     def searching(self) -> AbstractContextManager[None]:
         return self._searches.one()
+
+    def query_takes_every_core(self) -> bool:
+        # The worker decides per query (memd/embed/host.py); what it gave the last one is the
+        # likeliest answer, and a query while other searches run never gets every core.
+        every = self.query_threads > self.threads and self._last_query_threads == self.query_threads
+        return every and self._searches.count <= 1
 
     def _embed_request(self, texts: Sequence[str], kind: Kind) -> dict[str, Any]:
         """A query while other searches run takes the documents' share of the cores (the
@@ -247,6 +254,7 @@ class ProcessEmbedder(Embedder):
             with self._counted:
                 threads = int(result["threads"])
                 self.query_threads_used[threads] = self.query_threads_used.get(threads, 0) + 1
+                self._last_query_threads = threads
         flat = np.frombuffer(result["data"], dtype=np.float32)
         rows = int(result["rows"])
         try:

@@ -263,6 +263,9 @@ class QueuedEmbedder(Embedder):
     def searching(self) -> AbstractContextManager[None]:
         return self.inner.searching()
 
+    def query_takes_every_core(self) -> bool:
+        return self.inner.query_takes_every_core()
+
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 

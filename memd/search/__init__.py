@@ -81,13 +81,20 @@ def search(
                     keyword_rows = store.reads.keyword_candidates(
                         every, options.sources, options.candidates
                     )
-        # What the keyword half can finish without the vector is done while the query embeds.
-        half = keyword_half(store, keyword_rows, boost_terms, options) if mode == "hybrid" else None
+        # What the keyword half can finish without the vector is done while the query embeds,
+        # unless the query has every core: work beside it then only slows it down (llama.cpp's
+        # threads wait for each other, docs/benchmarks.md), and it waits for the vector.
+        half = None
+        if mode == "hybrid" and not (embedder and embedder.query_takes_every_core()):
+            half = keyword_half(store, keyword_rows, boost_terms, options)
         waiting = qvec_future is not None and not qvec_future.done()
         if qvec_future is None:
             hits = _keyword_only(store, keyword_rows, boost_terms, options, now, names)
         elif not waiting:
-            hits = _vector_half(store, qvec_future.result(), half, options, now, names)
+            qvec = qvec_future.result()
+            if mode == "hybrid" and half is None:
+                half = keyword_half(store, keyword_rows, boost_terms, options)
+            hits = _vector_half(store, qvec, half, options, now, names)
     if waiting:
         assert qvec_future is not None
         # The vector is not here yet (the model is busy with a query, or a document job):
@@ -96,6 +103,8 @@ def search(
         # one removed meanwhile only loses its vector.
         qvec = qvec_future.result()
         with index.reader() as store:
+            if mode == "hybrid" and half is None:
+                half = keyword_half(store, keyword_rows, boost_terms, options)
             hits = _vector_half(store, qvec, half, options, now, names)
     for hit in hits:
         hit.window(boost_terms, options.snippet_chars)

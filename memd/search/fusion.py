@@ -41,6 +41,7 @@ class KeywordHalf:
     rows: Sequence[ChunkRow]
     hits: list[Hit]
     scores: dict[int, float]
+    vectors: dict[int, Vectors]  # the candidates' own stored vectors
     lines: _Lines | None
 
 
@@ -58,8 +59,9 @@ def keyword_half(
         scores[row.id] = _boost(
             hit, row.text, found[row.id], row.words, terms
         ) + LINE_KEYWORD_SHARE * _line_cover(hit.line_terms, terms)
-    lines = _Lines(store, [row.id for row in keyword_rows]) if keyword_rows else None
-    return KeywordHalf(keyword_rows, hits, scores, lines)
+    ids = [row.id for row in keyword_rows]
+    vectors = store.reads.chunk_vectors(ids)
+    return KeywordHalf(keyword_rows, hits, scores, vectors, _Lines(store, ids) if ids else None)
 
 
 def _merge(
@@ -87,8 +89,7 @@ def _merge(
             mine = by_id.setdefault(row.id, hit)
             mine.keyword, mine.exact, mine.line_terms = True, hit.exact, hit.line_terms
         keyword = half.scores
-    ready = half.lines if half is not None else None
-    chunk, line = _cosines(store, qvec, list(by_id), {r.id: r.score for r in vector_rows}, ready)
+    chunk, line = _cosines(store, qvec, list(by_id), {r.id: r.score for r in vector_rows}, half)
     if half is None:
         for chunk_id, hit in by_id.items():
             mixed = (1 - LINE_SHARE) * chunk[chunk_id] + LINE_SHARE * line[chunk_id]
@@ -115,10 +116,10 @@ def _cosines(
     qvec: Vectors,
     ids: list[int],
     known: dict[int, float],
-    ready: _Lines | None = None,
+    half: KeywordHalf | None = None,
 ) -> tuple[dict[int, float], dict[int, float]]:
     """Each candidate's cosine to the query, and the best of that and its lines' and adjacent
-    line pairs' cosines (``ready``: some candidates' lines, read beforehand).
+    line pairs' cosines (``half``: the keyword candidates' vectors and lines, read beforehand).
 
     A chunk without line vectors (one line, or no vector at all) counts its own cosine as its
     best line's; a chunk without a vector counts 0 for both.
@@ -126,10 +127,17 @@ def _cosines(
     query = np.asarray(qvec, dtype=np.float32)
     chunk = dict(known)
     missing = [i for i in ids if i not in chunk]
-    chunk.update((i, float(v @ query)) for i, v in store.reads.chunk_vectors(missing).items())
+    vectors = dict(half.vectors) if half is not None else {}
+    read = {row.id for row in half.rows} if half is not None else set()
+    vectors.update(store.reads.chunk_vectors([i for i in missing if i not in read]))
+    missing = [i for i in missing if i in vectors]
+    if missing:
+        own = np.stack([vectors[i] for i in missing]).astype(np.float32) @ query
+        chunk.update(zip(missing, own.tolist()))
     for i in ids:
         chunk[i] = max(0.0, chunk.get(i, 0.0))
     best = dict(chunk)
+    ready = half.lines if half is not None else None
     rest = [i for i in ids if ready is None or i not in ready.asked]
     for lines in (ready, _Lines(store, rest) if rest else None):
         if lines is None:
