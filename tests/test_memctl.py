@@ -380,7 +380,19 @@ def test_the_keyword_ranking_line_says_what_ranks() -> None:
 def test_the_worker_line_says_how_many_queries_had_fewer_threads() -> None:
     from memd.ctl.display_status import _worker_line
 
-    worker = {"state": "running", "pid": 7, "mode": "default", "query_threads": {"2": 9}}
+    worker: dict[str, Any] = {
+        "state": "running",
+        "pid": 7,
+        "mode": "default",
+        "query_threads": {"2": 9},
+    }
     assert _worker_line(worker) == "model worker: running, pid 7"  # all alike: nothing to say
     worker["query_threads"] = {"1": 3, "2": 9}
     assert _worker_line(worker) == "model worker: running, pid 7, queries by threads 1: 3 · 2: 9"
+    # with the time the recent ones took in llama.cpp
+    worker["query_ms"] = {"1": {"p50": 22.04, "p90": 30.0, "queries": 3}}
+    assert _worker_line(worker) == (
+        "model worker: running, pid 7, queries by threads 1: 3 (p50 22.0 ms) · 2: 9"
+    )
+    worker["query_threads"] = {"1": 3}
+    assert _worker_line(worker) == "model worker: running, pid 7, queries p50 22.0 ms"

@@ -257,9 +257,9 @@ def test_status_counts_the_queries_by_the_threads_they_had(tmp_path: Path) -> No
     memory = ModeMemory(tmp_path / "modes.json")
     e = ProcessEmbedder(MODEL, threads=1, query_threads=2, memory=memory)
     try:
-        assert e.health()["query_threads"] == {}
+        assert e.health()["query_threads"] == {} and e.health()["query_ms"] == {}
         e.embed_batch(["a note", "another note"])
-        assert e.health()["query_threads"] == {}
+        assert e.health()["query_threads"] == {} and e.health()["query_ms"] == {}
         e.embed_batch([QUESTIONS[0]], kind="query")
         sent = e.send_query(QUESTIONS[1])
         assert sent is not None
@@ -270,6 +270,10 @@ def test_status_counts_the_queries_by_the_threads_they_had(tmp_path: Path) -> No
         assert sum(used.values()) == 3 and set(used) <= {"1", "2"}
         # the crowded one had one (the others two, or one on a machine busy now)
         assert used.get("1", 0) >= 1
+        # and what they took in llama.cpp, by the same thread counts
+        took = e.health()["query_ms"]
+        assert {k: v["queries"] for k, v in took.items()} == used
+        assert all(0 < v["p50"] <= v["p90"] < 10_000 for v in took.values())
     finally:
         e.close()
 

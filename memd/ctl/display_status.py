@@ -113,8 +113,18 @@ def _worker_line(w: Mapping[str, Any]) -> str:
         if w.get("last_exit"):
             line += f" (last: {w['last_exit']})"
     used = w.get("query_threads") or {}
+    took = w.get("query_ms") or {}
+
+    def p50(threads: str) -> str:
+        ms = (took.get(threads) or {}).get("p50")
+        return f"p50 {ms:.1f} ms" if ms is not None else ""
+
     if len(used) > 1:  # some queries had fewer threads than others: say how many had each
-        line += ", queries by threads " + " · ".join(f"{k}: {n}" for k, n in used.items())
+        line += ", queries by threads " + " · ".join(
+            f"{k}: {n}" + (f" ({p50(k)})" if p50(k) else "") for k, n in used.items()
+        )
+    elif used and p50(next(iter(used))):
+        line += f", queries {p50(next(iter(used)))}"
     if w.get("error"):
         line += f" — {w['error']}"
     return line

@@ -8,8 +8,8 @@ Requests: ``{"op": "load", ...}`` (once, first), ``{"op": "embed",
 ``"texts": [...]``: a list of counts). Replies:
 ``{"ok": result}`` or ``{"error": [code, message]}`` for errors the model reports in an orderly way
 (an input too long); a crash is the process dying, which the supervisor sees and handles. An
-embedding's result is ``{"rows", "data"}``, and for a query ``"threads"`` too: the llama.cpp
-threads it was given (:class:`_QueryCores`).
+embedding's result is ``{"rows", "data"}``, and for a query ``"threads"`` and ``"seconds"``
+too: the llama.cpp threads it was given (:class:`_QueryCores`) and the time it took them.
 
 A document embedding can be stopped for a query: the daemon sends SIGUSR1, llama.cpp's abort
 callback sees it between two steps of the decode, and the reply is ``{"preempted": true}``;
@@ -187,20 +187,21 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> int:
                 embeds += 1
                 faults.at(f"embed{embeds}")
                 faults.at(str(request["kind"]))
-                threads = 0
+                threads, took = 0, 0.0
                 if request["kind"] == "query":
                     threads = cores.threads(engine, bool(request.get("crowded")))
                     began = time.monotonic()
                     vectors = _embed(engine, request["texts"], "query", threads)
+                    took = time.monotonic() - began
                     chars = sum(len(t) for t in request["texts"])
-                    cores.took(engine, threads, chars, time.monotonic() - began)
+                    cores.took(engine, threads, chars, took)
                 else:
                     vectors = _embed(engine, request["texts"], str(request["kind"]), 0)
                 if vectors is None:
                     reply = {"preempted": True}
                 else:
                     ok = {"rows": int(vectors.shape[0]), "data": vectors.tobytes()}
-                    reply = {"ok": {**ok, "threads": threads} if threads else ok}
+                    reply = {"ok": {**ok, "threads": threads, "seconds": took} if threads else ok}
             elif op == "tokens":
                 if "texts" in request:
                     reply = {"ok": [engine.count_tokens(t) for t in request["texts"]]}

@@ -44,7 +44,7 @@ from memd import frames
 from memd.embed.base import BadVectors, Embedder, Kind, Preempted, Vectors, check_vectors
 from memd.embed.llama import LlamaEmbedder
 from memd.embed.load_modes import _MODE_INDEX, MODES, LoadMode, ModeMemory, cpu_signature
-from memd.embed.sent import Searches, SentQuery
+from memd.embed.sent import QueryLog, Searches, SentQuery
 from memd_client.errors import ProviderUnavailable, from_wire
 
 __all__ = ["ProcessEmbedder"]
@@ -113,11 +113,9 @@ class ProcessEmbedder(Embedder):
         self.per_text = per_text
 
         self._lock = threading.Lock()
-        # Queries embedded, by the llama.cpp threads they had: every core only while nothing
-        # else wants one (memd/embed/host.py), so status says how often that was.
-        self.query_threads_used: dict[int, int] = {}
-        self._last_query_threads = 0
-        self._counted = threading.Lock()
+        # Queries embedded: the llama.cpp threads each had (every core only while nothing else
+        # wants one, memd/embed/host.py) and the time it took them, for status.
+        self.queries = QueryLog()
         self._proc: subprocess.Popen[bytes] | None = None
         # The worker that has loaded its model, and so handles SIGUSR1 (before, it would die).
         self._loaded: subprocess.Popen[bytes] | None = None
@@ -159,7 +157,7 @@ class ProcessEmbedder(Embedder):
     def query_takes_every_core(self) -> bool:
         # The worker decides per query (memd/embed/host.py); what it gave the last one is the
         # likeliest answer, and a query while other searches run never gets every core.
-        every = self.query_threads > self.threads and self._last_query_threads == self.query_threads
+        every = self.query_threads > self.threads and self.queries.last == self.query_threads
         return every and self._searches.count <= 1
 
     def _embed_request(self, texts: Sequence[str], kind: Kind) -> dict[str, Any]:
@@ -251,10 +249,7 @@ class ProcessEmbedder(Embedder):
 
     def _vectors(self, result: dict[str, Any], count: int) -> Vectors:
         if "threads" in result:  # a query, and the llama.cpp threads the worker gave it
-            with self._counted:
-                threads = int(result["threads"])
-                self.query_threads_used[threads] = self.query_threads_used.get(threads, 0) + 1
-                self._last_query_threads = threads
+            self.queries.add(int(result["threads"]), result.get("seconds"))
         flat = np.frombuffer(result["data"], dtype=np.float32)
         rows = int(result["rows"])
         try:
@@ -315,12 +310,9 @@ class ProcessEmbedder(Embedder):
             "settings": self.mode.label,
             "reason": self.mode_reason or None,
             "error": self.failed,
-            "query_threads": self._query_threads(),
+            "query_threads": self.queries.counts(),
+            "query_ms": self.queries.times_ms(),
         }
-
-    def _query_threads(self) -> dict[str, int]:
-        with self._counted:  # a copy: a query may be counted while status reads
-            return {str(k): v for k, v in sorted(self.query_threads_used.items())}
 
     # -- supervision ------------------------------------------------------------------------------
 

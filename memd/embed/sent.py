@@ -1,8 +1,9 @@
-"""A search's query in the model worker's pipe, and the count of searches in flight: the two
-things :class:`memd.embed.process.ProcessEmbedder` keeps for queries a search sends itself."""
+"""A search's query in the model worker's pipe, the count of searches in flight, and the log
+of queries embedded: what :class:`memd.embed.process.ProcessEmbedder` keeps for queries."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from typing import Protocol
 
 from memd.embed.base import Vectors
 
-__all__ = ["Searches", "SentQuery"]
+__all__ = ["QueryLog", "Searches", "SentQuery"]
 
 
 class Collector(Protocol):
@@ -51,3 +52,43 @@ class SentQuery(Future[Vectors]):
         if not self.done():
             self.owner.collect(self, timeout)
         return super().result(timeout)
+
+
+class QueryLog:
+    """Queries embedded by the local model: how many had each llama.cpp thread count, which
+    the last one had, and what the last ``RECENT`` of each count took in llama.cpp (what a
+    hybrid search waits for, at the pace queries really come)."""
+
+    RECENT = 200
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a query may be logged while status reads
+        self._counts: dict[int, int] = {}
+        self._times: dict[int, collections.deque[float]] = {}
+        self.last = 0  # the thread count of the last query (0: none yet)
+
+    def add(self, threads: int, seconds: float | None) -> None:
+        with self._lock:
+            self._counts[threads] = self._counts.get(threads, 0) + 1
+            self.last = threads
+            if seconds is not None:
+                times = self._times.setdefault(threads, collections.deque(maxlen=self.RECENT))
+                times.append(float(seconds))
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {str(k): v for k, v in sorted(self._counts.items())}
+
+    def times_ms(self) -> dict[str, dict[str, float]]:
+        """By thread count: the median and 90th percentile of the recent queries' times, and
+        how many queries that is."""
+        with self._lock:
+            recent = {k: sorted(v) for k, v in sorted(self._times.items()) if v}
+        return {
+            str(k): {
+                "p50": round(1000 * v[len(v) // 2], 2),
+                "p90": round(1000 * v[min(len(v) - 1, len(v) * 9 // 10)], 2),
+                "queries": len(v),
+            }
+            for k, v in recent.items()
+        }
