@@ -7,7 +7,10 @@ MEMD_HOME (an index scale_bench built), and each figure is reported per run and 
 of the runs: single-client latency over 200 questions, then throughput with 1 and with 16
 concurrent clients (200 questions each, the 16 after a burst of 100 that is not counted), in
 one search mode. No question is asked twice of one daemon (a repeat's vector is kept, and
-would time that cache; runs before 2026-12-05 repeated 50-100 % of theirs).
+would time that cache; runs before 2026-12-05 repeated 50-100 % of theirs). After the
+single-client run each run records what the model worker says of its queries (status: how
+many had each llama.cpp thread count, and their median time in llama.cpp), so that a hybrid
+p50 can be set against the query it waited for.
 
 With ``--busy N``, N processes that only spin (at the daemon's priority) run through every
 measurement: searches while the cores are contended, which is when agents search. The
@@ -79,6 +82,7 @@ def one_run(
         timed_searches(sock, "scale", warm, "hybrid")  # warm: model, caches, pages
         time.sleep(quiet_start)
         latency = summary(timed_searches(sock, "scale", timed, mode))
+        queries = worker_queries(sock)
         one = concurrent(sock, "scale", one_q, mode, 1)["throughput_rps"]
         # Sessions that overlap start memd's reader processes (memd/readers): a short burst
         # first, so that the figure is the steady state under such load, not the start-up.
@@ -89,6 +93,7 @@ def one_run(
     return {
         "settled_s": settled_s,
         "latency": latency,
+        "worker_queries": queries,
         "rps_1": one,
         "rps_16": sixteen,
         "ratio_16": round(sixteen / one, 2),
@@ -119,6 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with spinning(args.busy) as busy:
         return measure(args, busy=busy)
+
+
+def worker_queries(sock: Path) -> dict[str, Any] | None:
+    """The model worker's queries so far by their llama.cpp threads, and what the recent ones
+    took in llama.cpp (status; None without a local model, or from code before it said)."""
+    with memd_client.connect(sock, timeout=None) as c:
+        ws = c.status(workspace="scale")["workspaces"][0]
+    worker = (ws.get("provider") or {}).get("worker") or {}
+    if "query_ms" not in worker:
+        return None
+    return {"threads": worker.get("query_threads"), "ms": worker["query_ms"]}
 
 
 def settled(sock: Path, limit: float = 300.0) -> float:
