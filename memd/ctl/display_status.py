@@ -121,10 +121,10 @@ def _worker_line(w: Mapping[str, Any]) -> str:
 
     if len(used) > 1:  # some queries had fewer threads than others: say how many had each
         line += ", queries by threads " + " · ".join(
-            f"{k}: {n}" + (f" ({p50(k)})" if p50(k) else "") for k, n in used.items()
+            f"{k}: {n}" + (f" ({took_k})" if (took_k := p50(k)) else "") for k, n in used.items()
         )
-    elif used and p50(next(iter(used))):
-        line += f", queries {p50(next(iter(used)))}"
+    elif used and (took_one := p50(next(iter(used)))):
+        line += f", queries {took_one}"
     if w.get("error"):
         line += f" — {w['error']}"
     return line

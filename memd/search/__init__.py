@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 
 from memd.embed.base import Embedder, Vectors
@@ -92,9 +93,9 @@ def search(
             hits = _keyword_only(store, keyword_rows, boost_terms, options, now, names)
         elif not waiting:
             qvec = qvec_future.result()
-            if mode == "hybrid" and half is None:
-                half = keyword_half(store, keyword_rows, boost_terms, options)
-            hits = _vector_half(store, qvec, half, options, now, names)
+            hits = _vector_half(
+                store, qvec, half, keyword_rows, boost_terms, options, mode, now, names
+            )
     if waiting:
         assert qvec_future is not None
         # The vector is not here yet (the model is busy with a query, or a document job):
@@ -103,9 +104,9 @@ def search(
         # one removed meanwhile only loses its vector.
         qvec = qvec_future.result()
         with index.reader() as store:
-            if mode == "hybrid" and half is None:
-                half = keyword_half(store, keyword_rows, boost_terms, options)
-            hits = _vector_half(store, qvec, half, options, now, names)
+            hits = _vector_half(
+                store, qvec, half, keyword_rows, boost_terms, options, mode, now, names
+            )
     for hit in hits:
         hit.window(boost_terms, options.snippet_chars)
     return SearchOutcome(hits, mode, provider, model, note)
@@ -115,12 +116,17 @@ def _vector_half(
     store: Store,
     qvec: Vectors,
     half: KeywordHalf | None,
+    keyword_rows: list[ChunkRow],
+    terms: Sequence[str],
     options: SearchOptions,
+    mode: Mode,
     now: float | None,
     names: tuple[Named, ...],
 ) -> list[Hit]:
-    """Hybrid or vector hits: the vector candidates, merged with the keyword half (None in
-    vector mode)."""
+    """Hybrid or vector hits: the vector candidates, merged with the keyword half (worked out
+    here when the search left it until the vector came)."""
+    if mode == "hybrid" and half is None:
+        half = keyword_half(store, keyword_rows, terms, options)
     vector_rows = store.reads.vector_candidates(qvec, options.sources, options.candidates)
     hits = _merge(store, qvec, vector_rows, half, options)
     return _finish(store, hits, options, now, names)

@@ -143,8 +143,7 @@ def _cosines(
         if lines is None:
             continue
         for key, line in lines.best(query).items():
-            if key in best:
-                best[key] = max(chunk[key], line)
+            best[key] = max(chunk[key], line)
     return chunk, best
 
 
