@@ -22,6 +22,7 @@ from memd.embed.select import Choice, choose_embedder
 from memd.embed.usage import Usage
 from memd.index.audit import DumpRow
 from memd.index.cache import EmbeddingCache
+from memd.index.db import snapshot
 from memd.index.files import UNCAPPED
 from memd.index.report import Progress, SyncReport
 from memd.markdown.discover import discover
@@ -284,7 +285,9 @@ class MemoryService:
             diary=self.config.index.diary,
         )
         state, reason = ws.syncer.state()
-        with ws.index.reader() as store:
+        # One read transaction: counts, errors and files from one moment of the index, never
+        # a file pending and its vectors stored, read either side of the writer's commit.
+        with ws.index.reader() as store, snapshot(store.conn):
             counts = store.counts()
             identity = store.identity() or {}
             generation = store.generation()

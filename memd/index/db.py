@@ -96,6 +96,19 @@ def connect(path: Path | str, *, load_vec: bool, readonly: bool = False) -> apsw
     return conn
 
 
+@contextlib.contextmanager
+def snapshot(conn: apsw.Connection) -> Iterator[None]:
+    """One read transaction for several statements (or the caller's, if one is open)."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
 _depth = threading.local()
 
 

@@ -16,17 +16,16 @@ for an index file and ranks with them (memd/index/bm25.py).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import apsw
 import numpy as np
 
-from memd.index.db import select_in
+from memd.index.db import select_in, snapshot
 from memd.index.termcount import Counts, TermCounter, tokenizer
 
 __all__ = ["LOG_TRIMMED_KEY", "Mismatch", "Postings", "Stopped", "snapshot", "trimmed"]
@@ -326,19 +325,6 @@ def trimmed(conn: apsw.Connection) -> int:
     """The last fts_log row a trim deleted (0: none)."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (LOG_TRIMMED_KEY,)).fetchone()
     return int(row[0]) if row else 0
-
-
-@contextlib.contextmanager
-def snapshot(conn: apsw.Connection) -> Iterator[None]:
-    """One read transaction for several statements (or the caller's, if one is open)."""
-    if conn.in_transaction:
-        yield
-        return
-    conn.execute("BEGIN")
-    try:
-        yield
-    finally:
-        conn.execute("COMMIT")
 
 
 def _name(vocab: dict[str, int], term: int) -> str:
