@@ -396,3 +396,8 @@ def test_the_worker_line_says_how_many_queries_had_fewer_threads() -> None:
     )
     worker["query_threads"] = {"1": 3}
     assert _worker_line(worker) == "model worker: running, pid 7, queries p50 22.0 ms"
+    # and the time outside it, from the daemon's sending to its reading the reply
+    worker["query_ms"]["1"]["outside_p50"] = 1.96
+    assert _worker_line(worker) == (
+        "model worker: running, pid 7, queries p50 22.0 ms + 2.0 outside"
+    )

@@ -274,6 +274,26 @@ def test_status_counts_the_queries_by_the_threads_they_had(tmp_path: Path) -> No
         took = e.health()["query_ms"]
         assert {k: v["queries"] for k, v in took.items()} == used
         assert all(0 < v["p50"] <= v["p90"] < 10_000 for v in took.values())
+        assert all(0 <= v["outside_p50"] < 10_000 for v in took.values())
+    finally:
+        e.close()
+
+
+def test_status_tells_a_query_left_waiting_from_its_time_in_the_model(tmp_path: Path) -> None:
+    """The time outside llama.cpp is the search's to explain: a reply left unread for 300 ms
+    counts there, not in the model's time."""
+    e = ProcessEmbedder(MODEL, threads=1, memory=ModeMemory(tmp_path / "modes.json"))
+    try:
+        e.embed_batch([QUESTIONS[0]], kind="query")  # a started worker: no load in the times
+        for question in QUESTIONS[1:4]:
+            sent = e.send_query(question)
+            assert sent is not None
+            time.sleep(0.3)
+            sent.result()
+        (took,) = e.health()["query_ms"].values()
+        assert took["queries"] == 4
+        assert took["outside_p50"] >= 250, took
+        assert took["p50"] < 250, "the wait counted as the model's"
     finally:
         e.close()
 

@@ -116,8 +116,11 @@ def _worker_line(w: Mapping[str, Any]) -> str:
     took = w.get("query_ms") or {}
 
     def p50(threads: str) -> str:
-        ms = (took.get(threads) or {}).get("p50")
-        return f"p50 {ms:.1f} ms" if ms is not None else ""
+        times = took.get(threads) or {}
+        if (ms := times.get("p50")) is None:
+            return ""
+        outside = times.get("outside_p50")
+        return f"p50 {ms:.1f} ms" + (f" + {outside:.1f} outside" if outside is not None else "")
 
     if len(used) > 1:  # some queries had fewer threads than others: say how many had each
         line += ", queries by threads " + " · ".join(

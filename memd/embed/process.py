@@ -181,7 +181,8 @@ class ProcessEmbedder(Embedder):
             if self._sent is not None:
                 return None
             timeout = self.timeout + self.per_text
-            sent = SentQuery(self, time.monotonic() + timeout)
+            now = time.monotonic()
+            sent = SentQuery(self, now + timeout, now)
             try:
                 self._pipe.send(self._embed_request([text], "query"), timeout)
             except frames.ChildFailed as exc:
@@ -220,7 +221,9 @@ class ProcessEmbedder(Embedder):
         assert self._pipe is not None
         try:
             try:
-                reply = self._pipe.receive(max(0.0, sent.deadline - time.monotonic()))
+                reply = _stamped(
+                    self._pipe.receive(max(0.0, sent.deadline - time.monotonic())), sent.sent_at
+                )
             except frames.ChildFailed as exc:
                 self._failed_pipe(exc)
             if "error" in reply:
@@ -249,7 +252,7 @@ class ProcessEmbedder(Embedder):
 
     def _vectors(self, result: dict[str, Any], count: int) -> Vectors:
         if "threads" in result:  # a query, and the llama.cpp threads the worker gave it
-            self.queries.add(int(result["threads"]), result.get("seconds"))
+            self.queries.add(int(result["threads"]), result.get("seconds"), result.get("outside"))
         flat = np.frombuffer(result["data"], dtype=np.float32)
         rows = int(result["rows"])
         try:
@@ -383,8 +386,9 @@ class ProcessEmbedder(Embedder):
 
     def _exchange(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         assert self._pipe is not None
+        sent = time.monotonic()
         try:
-            return self._pipe.exchange(message, timeout)
+            return _stamped(self._pipe.exchange(message, timeout), sent)
         except frames.ChildFailed as exc:
             self._exchange_failed(exc)
             raise  # not reached
@@ -484,3 +488,12 @@ class ProcessEmbedder(Embedder):
 def _named(error: str) -> str:
     """A worker's error as a ProviderUnavailable message: it names the local model."""
     return error if error.startswith("local model") else f"local model: {error}"
+
+
+def _stamped(reply: dict[str, Any], sent: float) -> dict[str, Any]:
+    """A query's reply with ``outside``: the seconds from its sending to its reading that the
+    worker was not in llama.cpp (the pipe both ways, the wake-ups, a reader busy elsewhere)."""
+    ok = reply.get("ok")
+    if isinstance(ok, dict) and "began" in ok:
+        ok["outside"] = max(0.0, ok["began"] - sent) + max(0.0, time.monotonic() - ok["ended"])
+    return reply

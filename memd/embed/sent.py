@@ -42,10 +42,11 @@ class SentQuery(Future[Vectors]):
     first: the search that sent it, when it wants the vector, or any request after it (a
     document job, another query), so the pipe is not held while the search does other work."""
 
-    def __init__(self, owner: Collector, deadline: float) -> None:
+    def __init__(self, owner: Collector, deadline: float, sent_at: float) -> None:
         super().__init__()
         self.owner = owner
         self.deadline = deadline  # monotonic: the worker is taken for hung after it
+        self.sent_at = sent_at
         self.set_running_or_notify_cancel()
 
     def result(self, timeout: float | None = None) -> Vectors:
@@ -65,30 +66,35 @@ class QueryLog:
         self._lock = threading.Lock()  # a query may be logged while status reads
         self._counts: dict[int, int] = {}
         self._times: dict[int, collections.deque[float]] = {}
+        self._outside: dict[int, collections.deque[float]] = {}
         self.last = 0  # the thread count of the last query (0: none yet)
 
-    def add(self, threads: int, seconds: float | None) -> None:
+    def add(self, threads: int, seconds: float | None, outside: float | None = None) -> None:
         with self._lock:
             self._counts[threads] = self._counts.get(threads, 0) + 1
             self.last = threads
-            if seconds is not None:
-                times = self._times.setdefault(threads, collections.deque(maxlen=self.RECENT))
-                times.append(float(seconds))
+            for log, value in ((self._times, seconds), (self._outside, outside)):
+                if value is not None:
+                    log.setdefault(threads, collections.deque(maxlen=self.RECENT)).append(value)
 
     def counts(self) -> dict[str, int]:
         with self._lock:
             return {str(k): v for k, v in sorted(self._counts.items())}
 
     def times_ms(self) -> dict[str, dict[str, float]]:
-        """By thread count: the median and 90th percentile of the recent queries' times, and
-        how many queries that is."""
+        """By thread count: the median and 90th percentile of the recent queries' times in
+        llama.cpp, how many queries that is, and the median time outside it."""
         with self._lock:
             recent = {k: sorted(v) for k, v in sorted(self._times.items()) if v}
-        return {
-            str(k): {
-                "p50": round(1000 * v[len(v) // 2], 2),
-                "p90": round(1000 * v[min(len(v) - 1, len(v) * 9 // 10)], 2),
-                "queries": len(v),
-            }
-            for k, v in recent.items()
-        }
+            outside = {k: sorted(v) for k, v in self._outside.items() if v}
+        out: dict[str, dict[str, float]] = {}
+        for k, v in recent.items():
+            out[str(k)] = {"p50": _ms(v, 5), "p90": _ms(v, 9), "queries": len(v)}
+            if k in outside:
+                out[str(k)]["outside_p50"] = _ms(outside[k], 5)
+        return out
+
+
+def _ms(ordered: list[float], tenths: int) -> float:
+    """The value ``tenths``/10 of the way up ``ordered``, in milliseconds."""
+    return round(1000 * ordered[min(len(ordered) - 1, len(ordered) * tenths // 10)], 2)
