@@ -363,6 +363,70 @@ def test_registered_workspaces_survive_a_restart(ws: Path, fake: FakeEmbedder) -
             assert c.call("search", workspace="agent", query="Orion", wait_ms=5000)["results"]
 
 
+def test_jobs_left_at_shutdown_are_refused_and_answered_ones_kept() -> None:
+    """The writer's queue at shutdown holds jobs in every state: one waiting, one replaced by
+    a more urgent sync that has run (its future answered through that one), one replaced by a
+    sync still queued, one running between slices. Answering them must not touch an answered
+    future (it raised, and the daemon's lock was never released: its restart failed)."""
+    import queue as queue_module
+    from concurrent.futures import Future
+
+    from memd.writer.jobs import WATCH, Job, refuse_left, relay
+    from memd_client.errors import Busy
+
+    def job(kind: str, seq: int) -> Job:
+        return Job(WATCH, seq, kind, Path("/w"), Future())
+
+    waiting, answered, replaced, newer, running = (
+        job("sync", 1),
+        job("skip", 2),
+        job("skip", 3),
+        job("sync", 4),
+        job("sync", 5),
+    )
+    answered.future.set_running_or_notify_cancel()
+    answered.future.set_result(SyncReport())
+    newer.future.add_done_callback(lambda done: relay(done, target=replaced.future))
+    running.future.set_running_or_notify_cancel()
+    jobs: queue_module.PriorityQueue[Job] = queue_module.PriorityQueue()
+    for j in (waiting, answered, replaced, newer, running):
+        jobs.put(j)
+    refuse_left(jobs, Busy("memd is shutting down"))
+    assert jobs.empty()
+    for j in (waiting, replaced, newer, running):
+        with pytest.raises(Busy, match="shutting down"):
+            j.future.result(0)
+    assert isinstance(answered.future.result(0), SyncReport)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_daemon_that_fails_to_close_still_lets_the_next_start(
+    ws: Path, fake: FakeEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its lock is released whatever failed in closing its parts. The failure is injected
+    (Parts.close raising after closing them): the bug that raised there is fixed, and no other
+    is known to."""
+    from memd.daemon.parts import Parts
+
+    real_close = Parts.close
+    failed: list[str] = []
+
+    def failing_close(self: Parts) -> None:
+        real_close(self)
+        failed.append("closing failed")
+        raise RuntimeError("closing failed")
+
+    monkeypatch.setattr(Parts, "close", failing_close)
+    with running_daemon(embedder=fake) as d:
+        with client(d) as c:
+            c.call("workspace_add", path=str(ws), name="agent")
+    assert failed, "the injected failure did not happen"
+    monkeypatch.setattr(Parts, "close", real_close)
+    with running_daemon(embedder=fake) as d:
+        with client(d) as c:
+            assert [w["name"] for w in c.call("workspace_list")["workspaces"]] == ["agent"]
+
+
 def test_append_then_search_is_fresh(daemon: Daemon, ws: Path) -> None:
     """The watcher also sees the append's write; that must not make the reply look stale."""
     with client(daemon) as c:

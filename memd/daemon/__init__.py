@@ -249,17 +249,19 @@ class Daemon:
         self._release_start_lock()
         if self.model_pull is not None:
             self.model_pull.stop()  # a partial download is resumed at the next start
-        if self.parts is not None:
-            # A rebuild is abandoned first: a reindex waiting for it is answered (BUSY) before
-            # its connection is closed, and nothing waits for the rebuild to finish.
-            self.parts.writer.abandon_rebuilds()
-            self.parts.close()
-            self.parts = None
-        while self._lock_fds:  # the lock files stay; unlinking them would reopen the race
-            os.close(self._lock_fds.pop())
-        if self._umask is not None:  # a daemon run inside another program (tests) gives it back
-            os.umask(self._umask)
-            self._umask = None
+        try:
+            if self.parts is not None:
+                # A rebuild is abandoned first: a reindex waiting for it is answered (BUSY)
+                # before its connection is closed, and nothing waits for the rebuild to finish.
+                parts, self.parts = self.parts, None
+                parts.writer.abandon_rebuilds()
+                parts.close()
+        finally:  # whatever failed in closing, the next memd may start
+            while self._lock_fds:  # the lock files stay; unlinking them would reopen the race
+                os.close(self._lock_fds.pop())
+            if self._umask is not None:  # a daemon run inside a program (tests) gives it back
+                os.umask(self._umask)
+                self._umask = None
 
     def request_stop(self) -> None:
         self.should_exit.set()

@@ -7,6 +7,7 @@ steps (memd/writer/embedding.py) queue too.
 
 from __future__ import annotations
 
+import queue
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from memd.index.report import SyncReport
 
-__all__ = ["RECONCILE", "URGENT", "WATCH", "Job", "claim", "relay"]
+__all__ = ["RECONCILE", "URGENT", "WATCH", "Job", "claim", "refuse_left", "relay"]
 
 
 URGENT, WATCH, RECONCILE = 0, 1, 2
@@ -44,3 +45,18 @@ def relay(source: Future[SyncReport], *, target: Future[SyncReport]) -> None:
         target.set_exception(exc)
     else:
         target.set_result(source.result())
+
+
+def refuse_left(jobs: queue.Queue[Job], error: Exception) -> None:
+    """Answer every job left in ``jobs`` with ``error`` (the writer has stopped). A job that
+    another replaced (``skip``) is answered through that one, and one answered already (it was
+    replaced, and the job that replaced it has run) keeps its answer."""
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            return
+        if job.kind in ("stop", "skip") or job.future.done():
+            continue
+        if claim(job.future):
+            job.future.set_exception(error)

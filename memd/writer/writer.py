@@ -33,7 +33,7 @@ from memd.markdown.append import Appended, append_daily
 from memd.registry import Workspaces
 from memd.workspace import Workspace
 from memd.writer.embedding import EmbeddingSteps
-from memd.writer.jobs import URGENT, WATCH, Job, claim, relay
+from memd.writer.jobs import URGENT, WATCH, Job, claim, refuse_left, relay
 from memd.writer.rebuilds import REBUILD_STOP_S, Rebuilds
 from memd.writer.state import StateQueries, WorkspaceState
 from memd_client.errors import Busy, IndexError_, PathRefused, UnknownWorkspace
@@ -94,13 +94,7 @@ class Writer(StateQueries, EmbeddingSteps, Rebuilds):
             t.join(max(0.1, deadline - time.monotonic()))
             if t.is_alive():
                 logger.warning("%s did not stop within %g s", t.name, REBUILD_STOP_S)
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job.kind != "stop" and job.future.set_running_or_notify_cancel():
-                job.future.set_exception(Busy("memd is shutting down"))
+        refuse_left(self._queue, Busy("memd is shutting down"))
 
     # -- requests -------------------------------------------------------------------------------
 
