@@ -363,6 +363,34 @@ def test_registered_workspaces_survive_a_restart(ws: Path, fake: FakeEmbedder) -
             assert c.call("search", workspace="agent", query="Orion", wait_ms=5000)["results"]
 
 
+def test_status_reads_one_moment_of_the_index_while_files_are_embedded(
+    daemon: Daemon, ws: Path
+) -> None:
+    """Each status is one snapshot: a file's vectors and its leaving the pending count are one
+    commit, so no status may show vectors beyond the embedded chunks or a file pending whose
+    vectors are all stored. Read in two statements, a commit between them did (a CI run saw
+    two files pending and one of them embedded)."""
+    for n in range(300):
+        (ws / "memory" / f"2026-01-{n % 28 + 1:02d}-{n}.md").write_text(
+            f"- note {n}: the deploy of build {n} went out on runner {n * 7}\n"
+        )
+    with client(daemon) as c:
+        c.call("workspace_add", path=str(ws), name="agent")
+        seen = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            st = c.call("status", workspace="agent")["workspaces"][0]
+            seen += 1
+            assert st["vectors_match_chunks"], st
+            if st["files_pending"] == 0:
+                assert st["vectors"] == st["chunks"], st
+                if st["files_indexed"] == 302:
+                    break
+        else:
+            pytest.fail("the files were not all embedded within 60 s")
+    assert seen > 5, "too few statuses read while the files were embedded"
+
+
 def test_jobs_left_at_shutdown_are_refused_and_answered_ones_kept() -> None:
     """The writer's queue at shutdown holds jobs in every state: one waiting, one replaced by
     a more urgent sync that has run (its future answered through that one), one replaced by a
