@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from memd.changes import Changes
+from memd.index.db import snapshot
 from memd.index.store import Store
 from memd.markdown.discover import memory_file
 from memd.watch import Watchers
@@ -127,7 +128,7 @@ def check(
     def rescanned(when: float) -> bool:
         return writer.rescanned_since(ws, when)
 
-    with ws.index.reader() as store:
+    with ws.index.reader() as store, snapshot(store.conn):  # one moment: generation and counts
         generation = store.generation()
         unembedded = store.pending_count()
         # A changed path may already be indexed (an append, a sync someone waited for,

@@ -380,5 +380,5 @@ class MemoryService:
     def dump(self, ref: str) -> list[DumpRow]:
         """The logical content of a workspace index (the oracle of rebuild tests)."""
         ws = self.registry.get(ref)
-        with ws.index.reader() as store:
+        with ws.index.reader() as store, snapshot(store.conn):
             return store.dump()
