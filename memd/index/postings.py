@@ -28,7 +28,7 @@ import numpy as np
 from memd.index.db import select_in, snapshot
 from memd.index.termcount import Counts, TermCounter, tokenizer
 
-__all__ = ["LOG_TRIMMED_KEY", "Mismatch", "Postings", "Stopped", "snapshot", "trimmed"]
+__all__ = ["LOG_TRIMMED_KEY", "Mismatch", "Postings", "Stopped", "trimmed"]
 
 LOG_TRIMMED_KEY = "fts_log_trimmed"  # meta: the last fts_log row a trim deleted
 BATCH = 1024  # chunks counted at a time while building (about 40 MB of work arrays)
