@@ -88,6 +88,48 @@ def test_sigterm_stops_cleanly_and_removes_the_socket(sock_dir: Path) -> None:
     assert "Traceback" not in err
 
 
+# A memd that stops itself at the two moments a manager's SIGTERM can meet it outside the main
+# loop: the instant start-up is done (the socket is served from within it, so a client may be
+# answered and a stop sent before the loop begins) and the first instant of shutdown (a second
+# stop, as systemd sends on a restart that comes while memd stops).
+_STOPPED_AT_THE_EDGES = """\
+import os, signal, sys
+from pathlib import Path
+from memd.config import Config
+from memd.daemon import Daemon
+
+class StoppedAtTheEdges(Daemon):
+    def startup(self):
+        super().startup()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def shutdown(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        super().shutdown()
+
+sys.exit(StoppedAtTheEdges(Config.load(), socket=Path(sys.argv[1])).run())
+"""
+
+
+def test_a_sigterm_the_moment_memd_serves_or_stops_still_stops_it_cleanly(
+    sock_dir: Path,
+) -> None:
+    """Handlers installed only around the main loop left both edges to SIGTERM's default
+    action: the process died at once (-15), its socket and lock left behind."""
+    sock = sock_dir / "memd.sock"
+    env = dict(os.environ, MEMD_EMBEDDING_PROVIDER="fake")
+    proc = subprocess.run(
+        [sys.executable, "-c", _STOPPED_AT_THE_EDGES, str(sock)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == EXIT_OK, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not sock.exists(), "a clean stop removes the socket it made"
+
+
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: BLAS starts one thread anyway")
 def test_the_daemon_runs_numpy_with_one_blas_thread(sock_dir: Path) -> None:
     """numpy's OpenBLAS would keep a spinning thread per core (memd/blas.py); this process,

@@ -113,24 +113,28 @@ class Daemon:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def run(self, *, install_signals: bool = True) -> int:
-        """Start, serve until told to stop, shut down; return the exit code."""
-        try:
-            self.startup()
-        except AlreadyRunning as exc:
-            logger.error("%s", exc)
-            self.shutdown()
-            return EXIT_ALREADY_RUNNING
-        except (StartupError, MemdError, OSError) as exc:
-            logger.error("memd could not start: %s", exc)
-            self.shutdown()
-            return EXIT_STARTUP_FAILURE
+        """Start, serve until told to stop, shut down; return the exit code.
+
+        The signal handlers cover all three: the socket is served from within ``startup``, so
+        a SIGTERM may come before the main loop (it then stops memd as soon as it starts), and
+        one during shutdown must not cut it short."""
         with (
             capture_signals(self.should_exit, self.reload_requested)
             if install_signals
             else contextlib.nullcontext()
         ):
+            try:
+                self.startup()
+            except AlreadyRunning as exc:
+                logger.error("%s", exc)
+                self.shutdown()
+                return EXIT_ALREADY_RUNNING
+            except (StartupError, MemdError, OSError) as exc:
+                logger.error("memd could not start: %s", exc)
+                self.shutdown()
+                return EXIT_STARTUP_FAILURE
             self.main_loop()
-        self.shutdown()
+            self.shutdown()
         return EXIT_OK
 
     def startup(self) -> None:
