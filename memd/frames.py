@@ -13,6 +13,8 @@ import os
 import selectors
 import signal
 import struct
+import subprocess
+import sys
 import time
 from typing import IO, Any
 
@@ -25,11 +27,13 @@ __all__ = [
     "MAX_FRAME",
     "ChildFailed",
     "Pipe",
+    "begin_child",
     "describe_exit",
     "error_frame",
     "pack",
     "raise_error",
     "read",
+    "start_child",
     "write",
 ]
 
@@ -43,6 +47,48 @@ class ChildFailed(Exception):
     def __init__(self, why: str, message: str) -> None:
         super().__init__(message)
         self.why = why
+
+
+# A child ignores SIGINT and SIGTERM from its first instruction, before its module's imports
+# (numpy, apsw: a third of a second in which a stop would kill it), then runs as ``-m module``.
+_IGNORING_STOPS = """\
+import signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+import runpy
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
+"""
+
+
+def start_child(
+    module: str, *args: str, stdin: int = subprocess.PIPE, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``python -m module args`` with its frames on its stdout.
+
+    A stop is the daemon's to make, and the daemon stops a child by closing its stdin (or
+    kills it). A terminal's Ctrl-C and a service manager that signals every process of the
+    service (systemd's default KillMode; memd's own unit says KillMode=mixed) reached the
+    children too, and a child that died of it was a "crash" in the log and a failed embedding
+    or search in the middle of a clean stop. So a child runs in a session of its own, out of
+    the reach of signals to the daemon's group, and ignores SIGINT and SIGTERM sent to it.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-c", _IGNORING_STOPS, module, *args],
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        env=env,
+        close_fds=True,
+        start_new_session=True,
+    )
+
+
+def begin_child() -> IO[bytes]:
+    """What a process memd starts does first: returns the stream its frames go to, and points
+    its own fd 1 at stderr, so nothing printed can corrupt the frames."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return out
 
 
 def pack(message: dict[str, Any]) -> bytes:

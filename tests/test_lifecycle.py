@@ -9,16 +9,18 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 import memd_client
 from memd.daemon import EXIT_ALREADY_RUNNING, EXIT_OK, EXIT_STARTUP_FAILURE
 
-from .daemon_fixture import short_socket_dir
+from .daemon_fixture import short_socket_dir, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -128,6 +130,89 @@ def test_a_sigterm_the_moment_memd_serves_or_stops_still_stops_it_cleanly(
     assert proc.returncode == EXIT_OK, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not sock.exists(), "a clean stop removes the socket it made"
+
+
+MODEL = os.environ.get("MEMD_TEST_MODEL", "")
+
+
+@pytest.mark.parametrize(
+    "sig, embedder",
+    [
+        (signal.SIGTERM, "fake"),
+        (signal.SIGINT, "fake"),
+        pytest.param(
+            signal.SIGTERM,
+            "local",
+            marks=pytest.mark.skipif(not MODEL, reason="set MEMD_TEST_MODEL to a GGUF model"),
+        ),
+    ],
+)
+def test_a_stop_sent_to_the_whole_process_group_is_a_clean_stop(
+    sock_dir: Path, tmp_path: Path, sig: signal.Signals, embedder: str
+) -> None:
+    """systemd's default KillMode signals every process of the service, and Ctrl-C in a
+    terminal every process of the foreground group: the readers and the model worker died of
+    it, so each clean stop logged a crashed worker, a failed embedding and dead readers."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for day in range(1, 21):
+        (ws / "memory" / f"2026-11-{day:02d}.md").write_text(f"Day {day}: the Orion cluster.\n")
+    sock = sock_dir / "memd.sock"
+    env = dict(os.environ, MEMD_SOCKET=str(sock), MEMD_EMBEDDING_PROVIDER=embedder)
+    if embedder == "local":
+        env["MEMD_LOCAL_MODEL"] = MODEL
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memd", "--log-level", "info", "run"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, as under a service manager
+    )
+    try:
+        wait_ready(sock, proc)
+        with memd_client.connect(sock) as c:
+            c.workspace_add(str(ws), name="ws")
+            c.reindex("ws")
+
+        def readers_running() -> bool:
+            def search() -> None:
+                with memd_client.connect(sock) as c:
+                    for _ in range(5):
+                        c.search("ws", "Orion cluster")
+
+            threads = [threading.Thread(target=search) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            with memd_client.connect(sock) as c:
+                readers = c.status()["daemon"]["readers"]
+            return readers["running"] > 0 and readers["busy"] == 0  # none still starting
+
+        wait_for(readers_running, "reader processes")
+        # Its children are in sessions of their own, out of the group's reach; a manager that
+        # signals each process (a unit without KillMode=mixed) finds them ignoring it.
+        children = psutil.Process(proc.pid).children()
+        assert len(children) >= (2 if embedder == "local" else 1)
+        for child in children:
+            assert os.getpgid(child.pid) != proc.pid
+            child.send_signal(sig)
+        os.killpg(proc.pid, sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == EXIT_OK, err
+    after_ready = err.split(" ready on ", 1)[1]
+    complaints = [
+        line for line in after_ready.splitlines() if " WARNING " in line or " ERROR " in line
+    ]
+    assert complaints == [], err
+    assert "Traceback" not in err
+    with pytest.raises(ProcessLookupError):  # no process of the group outlives the stop
+        os.killpg(proc.pid, 0)
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: BLAS starts one thread anyway")

@@ -83,6 +83,10 @@ RestartPreventExitStatus=4
 WatchdogSec=60
 # Time to drain requests and flush the index writer before SIGKILL.
 TimeoutStopSec=30
+# SIGTERM goes to memd alone, which stops its model worker and readers itself; the default
+# (every process of the service) killed them first, and a clean stop logged them as crashes.
+# SIGKILL, if the time runs out, still goes to all.
+KillMode=mixed
 
 # A local embedding model (llama.cpp) needs memory: above MemoryHigh the kernel reclaims and
 # throttles, at MemoryMax memd is killed and restarted. Both apply only where the user manager has

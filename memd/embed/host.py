@@ -296,14 +296,11 @@ def _embed(engine: LlamaEmbedder, texts: list[str], kind: str, threads: int) -> 
 
 
 def main() -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on `memd run` is the daemon's to handle
+    out = frames.begin_child()
     signal.signal(signal.SIGUSR1, _preemption.on_signal)
     _die_with_parent()
     # A core file per native crash of a 100 MB model process helps nobody; the daemon logs it.
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
     try:
         return serve(sys.stdin.buffer, out)
     except (EOFError, BrokenPipeError):

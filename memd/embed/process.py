@@ -29,7 +29,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -350,13 +349,7 @@ class ProcessEmbedder(Embedder):
         mode = self.mode
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "memd.embed.host"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            close_fds=True,
-        )
+        self._proc = frames.start_child("memd.embed.host", env=env)
         assert self._proc.stdout is not None
         assert self._proc.stdin is not None
         self._pipe = frames.Pipe(self._proc.stdin, self._proc.stdout)

@@ -11,7 +11,6 @@ daemon keeps no high-water mark from them), and the searches keep the cores.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -34,11 +33,7 @@ PART = 32 << 20  # bytes of an array per frame
 def build_elsewhere(path: Path, stop: threading.Event) -> Postings:
     """Build the postings of ``path`` in a child process; Stopped-like EOFError if ``stop`` is
     set meanwhile (the child is killed), Mismatch if it refused the build."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memd.index.postings_process", str(path)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-    )
+    proc = frames.start_child("memd.index.postings_process", str(path), stdin=subprocess.DEVNULL)
     watcher = threading.Thread(
         target=_kill_on_stop, args=(proc, stop), name="memd-postings-stop", daemon=True
     )
@@ -115,8 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     limit_blas_threads()
     # At the daemon's own priority: searches rank through FTS5 (several times slower) until
     # the build is done, and on busy cores a niced build took minutes (docs/benchmarks.md).
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # nothing printed can corrupt the frames
+    out = frames.begin_child()
     conn = connect(path, load_vec=False, readonly=True)
     try:
         state = Postings.build(conn, threading.Event())

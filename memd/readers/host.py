@@ -22,7 +22,6 @@ exits when stdin closes (the daemon stopped it, or died).
 
 from __future__ import annotations
 
-import os
 import sys
 from concurrent.futures import Future
 from pathlib import Path
@@ -188,9 +187,8 @@ def _serve(request: dict[str, Any], indexes: _Indexes, pipe: _Pipe) -> None:
 def main() -> int:
     configure_allocator()
     limit_blas_threads()  # the processes share the cores: numpy's pool would spin on them
+    out = frames.begin_child()
     inp = sys.stdin.buffer
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
     pipe = _Pipe(inp, out)
     indexes = _Indexes(_DaemonKeywords(pipe))
     while True:

@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import os
 import subprocess
-import sys
 from typing import Any
 
 from memd import frames
@@ -39,13 +38,7 @@ class Reader:
     def start(cls, ident: int) -> Reader:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memd.readers.host"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            close_fds=True,
-        )
+        proc = frames.start_child("memd.readers.host", env=env)
         return cls(ident, proc)
 
     # -- frames ---------------------------------------------------------------------------------
