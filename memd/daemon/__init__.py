@@ -113,11 +113,8 @@ class Daemon:
     # -- lifecycle ------------------------------------------------------------------------------
 
     def run(self, *, install_signals: bool = True) -> int:
-        """Start, serve until told to stop, shut down; return the exit code.
-
-        The signal handlers cover all three: the socket is served from within ``startup``, so
-        a SIGTERM may come before the main loop (it then stops memd as soon as it starts), and
-        one during shutdown must not cut it short."""
+        """Start, serve until told to stop, shut down; return the exit code. The handlers
+        cover all three: ``startup`` serves the socket, so a stop may come before the loop."""
         with (
             capture_signals(self.should_exit, self.reload_requested)
             if install_signals
