@@ -135,29 +135,15 @@ def test_a_sigterm_the_moment_memd_serves_or_stops_still_stops_it_cleanly(
 MODEL = os.environ.get("MEMD_TEST_MODEL", "")
 
 
-@pytest.mark.parametrize(
-    "sig, embedder",
-    [
-        (signal.SIGTERM, "fake"),
-        (signal.SIGINT, "fake"),
-        pytest.param(
-            signal.SIGTERM,
-            "local",
-            marks=pytest.mark.skipif(not MODEL, reason="set MEMD_TEST_MODEL to a GGUF model"),
-        ),
-    ],
-)
-def test_a_stop_sent_to_the_whole_process_group_is_a_clean_stop(
-    sock_dir: Path, tmp_path: Path, sig: signal.Signals, embedder: str
-) -> None:
-    """systemd's default KillMode signals every process of the service, and Ctrl-C in a
-    terminal every process of the foreground group: the readers and the model worker died of
-    it, so each clean stop logged a crashed worker, a failed embedding and dead readers."""
+def memd_with_children(
+    sock: Path, tmp_path: Path, embedder: str
+) -> tuple[subprocess.Popen[str], list[psutil.Process]]:
+    """A memd in a process group of its own, as under a service manager, with its reader
+    processes started and idle (and its model worker, with the local model); its children."""
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     for day in range(1, 21):
         (ws / "memory" / f"2026-11-{day:02d}.md").write_text(f"Day {day}: the Orion cluster.\n")
-    sock = sock_dir / "memd.sock"
     env = dict(os.environ, MEMD_SOCKET=str(sock), MEMD_EMBEDDING_PROVIDER=embedder)
     if embedder == "local":
         env["MEMD_LOCAL_MODEL"] = MODEL
@@ -167,7 +153,7 @@ def test_a_stop_sent_to_the_whole_process_group_is_a_clean_stop(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # its own group, as under a service manager
+        start_new_session=True,
     )
     try:
         wait_ready(sock, proc)
@@ -175,7 +161,7 @@ def test_a_stop_sent_to_the_whole_process_group_is_a_clean_stop(
             c.workspace_add(str(ws), name="ws")
             c.reindex("ws")
 
-        def readers_running() -> bool:
+        def readers_idle() -> bool:
             def search() -> None:
                 with memd_client.connect(sock) as c:
                     for _ in range(5):
@@ -190,11 +176,36 @@ def test_a_stop_sent_to_the_whole_process_group_is_a_clean_stop(
                 readers = c.status()["daemon"]["readers"]
             return readers["running"] > 0 and readers["busy"] == 0  # none still starting
 
-        wait_for(readers_running, "reader processes")
-        # Its children are in sessions of their own, out of the group's reach; a manager that
-        # signals each process (a unit without KillMode=mixed) finds them ignoring it.
+        wait_for(readers_idle, "reader processes")
         children = psutil.Process(proc.pid).children()
         assert len(children) >= (2 if embedder == "local" else 1)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return proc, children
+
+
+EMBEDDERS = [
+    "fake",
+    pytest.param(
+        "local", marks=pytest.mark.skipif(not MODEL, reason="set MEMD_TEST_MODEL to a GGUF model")
+    ),
+]
+
+
+@pytest.mark.parametrize("embedder", EMBEDDERS)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_sent_to_the_whole_process_group_is_a_clean_stop(
+    sock_dir: Path, tmp_path: Path, sig: signal.Signals, embedder: str
+) -> None:
+    """systemd's default KillMode signals every process of the service, and Ctrl-C in a
+    terminal every process of the foreground group: the readers and the model worker died of
+    it, so each clean stop logged a crashed worker, a failed embedding and dead readers."""
+    proc, children = memd_with_children(sock_dir / "memd.sock", tmp_path, embedder)
+    try:
+        # The children are in sessions of their own, out of the group's reach; a manager that
+        # signals each process (a unit without KillMode=mixed) finds them ignoring it.
         for child in children:
             assert os.getpgid(child.pid) != proc.pid
             child.send_signal(sig)
@@ -211,8 +222,19 @@ def test_a_stop_sent_to_the_whole_process_group_is_a_clean_stop(
     ]
     assert complaints == [], err
     assert "Traceback" not in err
-    with pytest.raises(ProcessLookupError):  # no process of the group outlives the stop
-        os.killpg(proc.pid, 0)
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == [], "a child outlived memd's stop"
+
+
+@pytest.mark.parametrize("embedder", EMBEDDERS)
+def test_no_child_outlives_a_killed_memd(sock_dir: Path, tmp_path: Path, embedder: str) -> None:
+    """Out of the daemon's group, a child must still end with it: readers at the end of their
+    stdin, the model worker by its parent-death signal, even when memd cannot stop them."""
+    proc, children = memd_with_children(sock_dir / "memd.sock", tmp_path, embedder)
+    proc.kill()
+    proc.communicate()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == [], f"left running after SIGKILL: {[p.cmdline() for p in alive]}"
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: BLAS starts one thread anyway")
