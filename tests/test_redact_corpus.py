@@ -65,7 +65,7 @@ def test_secret_formats_are_redacted_whole(family: str, line: str, secrets: list
 
 def test_every_family_is_represented() -> None:
     counts = Counter(family for family, _, _ in POSITIVES)
-    families = ("name", "flag", "url", "prefix", "armour", "entropy", "split")
+    families = ("name", "flag", "url", "prefix", "armour", "entropy", "split", "language")
     assert all(counts[f] >= 10 for f in families), counts
 
 

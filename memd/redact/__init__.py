@@ -7,6 +7,9 @@ Secrets are found by family, not by vendor:
   XML tag, table column or row whose words say password, secret, token, credential, API key ...
   in any notation (.env, shell, YAML, JSON, TOML, INI, XML, HTTP, `--flag`, name/value pairs);
   a name that only hints (`key`, `sig`, `salt`, `session`, `token_hash`) needs a random value;
+  so does a label of a few words ("API key (don't share): ...", "PAT for Azure DevOps: ...");
+  "password" in some twenty languages ("Passwort ist ...", "密码是...", "パスワードは ...");
+  lists of recovery and backup codes;
 - credentials in URLs and connection strings (`urls.py`): userinfo, a token as the user,
   `.pgpass`; signature and token parameters (`sig=`, `X-Amz-Signature=`) are names that say secret;
 - tokens with a known prefix (`prefixes.py`), kept as a table;

@@ -261,6 +261,88 @@ def _context(m: re.Match[str]) -> str | None:
     return whole[: m.start("val") - start] + MARK + m.group("val")[len(val) :]
 
 
+# A label of a few words before its colon, the word that says secret not last, or a remark in
+# brackets after it: "API key (don't share): ...", "PAT for Azure DevOps: ...". The phrase's
+# words are read as a name's (the last first, a remark in brackets left out); being prose, the
+# value must be random whatever the name says. A long value after a colon is rare in prose, so
+# it is found first and the label looked for in the few words before it.
+_PHRASE_VALUE = re.compile(r"[:=][ \t]{0,4}[\"'`]?(?P<val>[^\s\"'`,;()\[\]{}<>]{16,})")
+_PHRASE_LABEL = re.compile(
+    rf"(?<![A-Za-z0-9_])(?P<key>[A-Za-z0-9_.-]{{0,48}}?{FRAGMENT_RE}[A-Za-z0-9_.-]{{0,32}}"
+    r"(?:[ \t]{1,2}(?:\([^()\n]{0,40}\)|[A-Za-z][A-Za-z0-9'._-]{0,24})){1,6})[ \t]{0,2}\Z"
+)
+
+
+def _phrase(text: str) -> tuple[str, int]:
+    out: list[str] = []
+    done = count = 0
+    for m in _PHRASE_VALUE.finditer(text):
+        val = m.group("val").rstrip(".")
+        if marked(m, "val") or not random_token(val) or is_code(val):
+            continue
+        line_start = max(text.rfind("\n", 0, m.start()) + 1, m.start() - 160)
+        label = _PHRASE_LABEL.search(text, line_start, m.start())
+        if label is None:
+            continue
+        name = re.sub(r"\([^()]*\)", " ", label.group("key"))
+        if tier(name, text[line_start : label.start()]) is Tier.NONE:
+            continue
+        out += (text[done : m.start("val")], MARK)
+        done = m.start("val") + len(val)
+        count += 1
+    return "".join(out) + text[done:], count
+
+
+# "Password" in the languages notes are written in, then a colon or the language's "is":
+# "Mein Passwort ist ...", "mot de passe : ...", "密码是...", "パスワードは ...". The value must
+# look like a password (8 characters or more, with a digit or a symbol), as in English prose.
+_FOREIGN_WORDS = (
+    *("passwort", "kennwort", "mot de passe", "contraseña", "contrasena", "senha", "password"),
+    *("wachtwoord", "lösenord", "passord", "adgangskode", "salasana", "hasło", "heslo"),
+    *("jelszó", "parola", "şifre", "sifre", "пароль", "密码", "密碼", "口令", "パスワード"),
+    *("暗証番号", "비밀번호", "암호", "סיסמה", "كلمة المرور", "mật khẩu", "รหัสผ่าน", "kata sandi"),
+)
+_COPULAS = ("ist", "lautet", "est", "es", "é", "è", "is", "er", "är", "on", "jest", "je", "to")
+_FOREIGN = re.compile(
+    r"(?i)(?P<word>" + "|".join(map(re.escape, _FOREIGN_WORDS)) + r")"
+    r"(?P<gap>(?:[ \t]+[^\s:：=]{1,20}?){0,3}?"
+    r"(?:[ \t]*[:：=]|[ \t]+(?:" + "|".join(_COPULAS) + r")[ \t]|[ \t]*[-—–][ \t]|[是为為はが는은])"
+    r"[ \t]*)"
+    r"[\"'`「『“]?(?P<val>[^\s\"'`「」『』“”、，,;]{8,})"
+)
+_DATE_LIKE = re.compile(r"[0-9T:./+-]+")  # "Passwort geändert am: 2026-12-01T10:00"
+FOREIGN_NEEDLES = tuple(w.lower() for w in _FOREIGN_WORDS)
+
+
+def _foreign(m: re.Match[str]) -> str | None:
+    val = m.group("val").rstrip(".。")
+    if marked(m, "val") or not password_like(val) or is_code(val) or _DATE_LIKE.fullmatch(val):
+        return None
+    if m.group("word").lower() == "password" and "è" not in m.group("gap"):
+        return None  # English is the other rules' (code such as `password = getpass()`)
+    whole, start = m.group(0), m.start()
+    return whole[: m.start("val") - start] + MARK + m.group("val")[len(val) :]
+
+
+# Recovery and backup codes, which come as a list: "the 2FA recovery codes are 8d2f-91ac,
+# 1c7e-0d44", "Backup codes: 4821 9930 1177". Each code with a digit in it goes.
+_CODES = re.compile(
+    r"(?i)(?<![A-Za-z0-9])(?:recovery|backup|2fa|mfa|one-time|emergency)[ \t-](?:codes?|keys?)"
+    r"(?P<gap>[ \t]{1,3}(?:are|is|were)[ \t]{1,3}|[ \t]{0,2}:[ \t]{0,3})"
+    r"(?P<list>[A-Za-z0-9-]{4,}(?:(?:[ \t]*[,;][ \t]*(?:and[ \t]+)?|[ \t]+)[A-Za-z0-9-]{4,}){0,23})"
+)
+_CODE = re.compile(r"[A-Za-z0-9-]{4,}")
+
+
+def _codes(m: re.Match[str]) -> str | None:
+    items = _CODE.findall(m.group("list"))
+    if not all(any(c.isdigit() for c in item) for item in items) or marked(m, "list"):
+        return None  # prose after the label: "Backup codes: print them and keep them safe"
+    listed = _CODE.sub(lambda c: MARK if c.group(0).lower() != "and" else "and", m.group("list"))
+    whole, start = m.group(0), m.start()
+    return whole[: m.start("list") - start] + listed
+
+
 def _has_digit_or_random(v: str) -> bool:
     return any(c.isdigit() for c in v) or high_entropy(v)
 
@@ -281,5 +363,8 @@ RULES: list[tuple[tuple[str, ...], Rule]] = [
     (FRAGMENTS, regex_rule(_NEXT_LINE, _next_line)),
     (FRAGMENTS, regex_rule(_LABEL_LINE, _label_line)),
     (FRAGMENTS, regex_rule(_ASSIGN, _assignment)),
+    (FRAGMENTS, _phrase),
+    (FOREIGN_NEEDLES, regex_rule(_FOREIGN, _foreign)),
+    (("recovery", "backup", "2fa", "mfa", "one-time", "emergency"), regex_rule(_CODES, _codes)),
     (("pass", "pwd", "secret", "token", "key"), regex_rule(_CONTEXT, _context)),
 ]
