@@ -21,12 +21,26 @@ __all__ = [
     "chat_word",
     "default_decision",
     "allowed_sources",
+    "caller_field",
     "is_longterm",
 ]
 
 SOURCE_CLASSES = ("longterm", "memory", "sessions")
 _FIELDS = ("agent_id", "session_key", "chat_type", "channel")
 CALLER_FIELDS = frozenset(_FIELDS)
+# A field in any spelling a host may send: chatType, ChatType, chat-type, "chat type" (OpenClaw
+# itself writes camelCase). An identity memd did not recognise was no identity at all, and a
+# group chat that said `chatType: group` got long-term memory.
+_NOT_IN_A_NAME = re.compile(r"[\s_\-.]+")
+_BY_SPELLING = {_NOT_IN_A_NAME.sub("", f): f for f in _FIELDS}
+
+
+def caller_field(key: object) -> str | None:
+    """The identity field ``key`` spells (``chatType`` is ``chat_type``), or None."""
+    if not isinstance(key, str):
+        return None
+    return _BY_SPELLING.get(_NOT_IN_A_NAME.sub("", unicodedata.normalize("NFKC", key)).casefold())
+
 
 # How hosts name a one-to-one chat with the user (OpenClaw's "direct" and "dm", Telegram's
 # "private", Slack's "im", Teams' "personal"), compared after chat_word(). Any other chat kind
@@ -124,13 +138,16 @@ class Caller:
         if not raw:
             return cls()
         values: dict[str, str] = {}
-        for name in _FIELDS:
-            value = raw.get(name)
-            if value is None:
+        spelt: dict[str, str] = {}
+        for key, value in raw.items():
+            name = caller_field(key)
+            if name is None or value is None:
                 continue
             if not isinstance(value, str) or len(value) > 512:
-                raise BadRequest(f"{name} must be a string of at most 512 characters")
-            values[name] = value
+                raise BadRequest(f"{key} must be a string of at most 512 characters")
+            if name in values and values[name] != value:
+                raise BadRequest(f"{spelt[name]} and {key} name the same field with two values")
+            values[name], spelt[name] = value, key
         key = values.get("session_key", "")
         parts = key.split(":")
         rest = _key_parts(key)
@@ -154,8 +171,9 @@ class Caller:
 
     @property
     def says_nothing(self) -> bool:
-        """No chat type and no session key: memctl on the user's own terminal, a script."""
-        return not self.chat_type and not self.session_key
+        """No chat type, session key or channel: memctl on the user's own terminal, a script.
+        A caller that names its channel speaks from a chat, of a kind it does not say."""
+        return not self.chat_type and not self.session_key and not self.channel
 
     @property
     def kind(self) -> str:

@@ -19,7 +19,7 @@ from memd.embed.fake import FakeEmbedder
 from memd_client.errors import MemdError, PathRefused
 
 from .daemon_fixture import running_daemon
-from .test_scopes import NOT_DIRECT_CHAT_TYPES, NOT_DIRECT_SESSION_KEYS
+from .test_scopes import NOT_DIRECT_CHAT_TYPES, NOT_DIRECT_KEY_SPELLINGS, NOT_DIRECT_SESSION_KEYS
 
 CORPUS = Path(__file__).with_name("hostile") / "longterm_paths.txt"
 SECRET = "The vault combination is 4-8-15-16-23-42."
@@ -122,6 +122,7 @@ def test_no_spelling_of_a_shared_chat_gets_long_term_memory(open_daemon: Daemon)
     """Chat types and session keys as hosts send them, through hello and per request."""
     identities = [{"chat_type": t} for t in NOT_DIRECT_CHAT_TYPES]
     identities += [{"session_key": k} for k in NOT_DIRECT_SESSION_KEYS]
+    identities += NOT_DIRECT_KEY_SPELLINGS
     leaked = []
     for identity in identities:
         with memd_client.connect(open_daemon.socket_path, identity=identity) as c:
@@ -138,3 +139,15 @@ def test_no_spelling_of_a_shared_chat_gets_long_term_memory(open_daemon: Daemon)
     assert leaked == []
     with memd_client.connect(open_daemon.socket_path) as c:  # the user's own terminal
         assert SECRET in c.context("ws")["text"]
+
+
+def test_an_identity_declared_in_hellos_caller_map_holds_for_the_connection(
+    open_daemon: Daemon,
+) -> None:
+    """hello's own caller map used to apply to the hello alone: the requests after it ran as
+    a caller that said nothing, with long-term memory."""
+    with memd_client.connect(open_daemon.socket_path) as c:
+        c.call("hello", client="host", caller={"chatType": "group"})
+        assert SECRET not in c.context("ws")["text"]
+        with pytest.raises(MemdError, match="top of hello or in its caller map"):
+            c.call("hello", client="host", identity={"chat_type": "group"})

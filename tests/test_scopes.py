@@ -196,6 +196,36 @@ def test_callers_that_say_nothing_keep_long_term_memory() -> None:
         assert allowed_sources(Caller.from_params(raw), ()) == ALL
 
 
+# Identity fields as hosts spell their keys; none of these callers is known to be direct.
+NOT_DIRECT_KEY_SPELLINGS = [
+    {"chatType": "group"},
+    {"ChatType": "channel"},
+    {"chat-type": "supergroup"},
+    {"Chat Type": "group"},
+    {"CHAT_TYPE": "group"},
+    {"ｃｈａｔＴｙｐｅ": "group"},  # fullwidth
+    {"sessionKey": "agent:main:tg:group:1"},
+    {"session-key": "agent:main:slack:channel:c1"},
+    {"SessionKey": "s-1234"},
+    {"channel": "discord"},  # a chat on a channel, of a kind not said
+    {"Channel": "telegram", "agentId": "main"},
+]
+
+
+@pytest.mark.parametrize("raw", NOT_DIRECT_KEY_SPELLINGS, ids=repr)
+def test_identity_fields_in_any_spelling_are_read(raw: dict[str, str]) -> None:
+    """OpenClaw writes camelCase: an identity memd did not recognise was no identity, and
+    ``chatType: group`` kept long-term memory."""
+    assert "longterm" not in allowed_sources(Caller.from_params(raw), ())
+
+
+def test_two_spellings_of_a_field_must_agree() -> None:
+    with pytest.raises(BadRequest, match="chat_type and chatType"):
+        Caller.from_params({"chat_type": "dm", "chatType": "group"})
+    same = Caller.from_params({"chat_type": "dm", "chatType": "dm", "agentId": "main"})
+    assert (same.chat_type, same.agent_id) == ("direct", "main")
+
+
 def test_conflicting_statements_of_the_chat_kind_are_not_direct() -> None:
     group_key = {"session_key": "agent:main:tg:group:1"}
     assert "longterm" not in allowed_sources(
