@@ -8,11 +8,13 @@ Secrets are found by family, not by vendor:
   in any notation (.env, shell, YAML, JSON, TOML, INI, XML, HTTP, `--flag`, name/value pairs);
   a name that only hints (`key`, `sig`, `salt`, `session`, `token_hash`) needs a random value;
   so does a label of a few words ("API key (don't share): ...", "PAT for Azure DevOps: ...");
-  "password" in some twenty languages ("Passwort ist ...", "密码是...", "パスワードは ...");
-  lists of recovery and backup codes;
+- what people keep for themselves (`personal.py`): "password" in some twenty languages
+  ("Passwort ist ...", "密码是...", "パスワードは ..."), recovery and backup codes, a wallet's
+  seed phrase, a PIN, a payment card's number (Luhn) and security code;
 - credentials in URLs and connection strings (`urls.py`): userinfo, a token as the user,
   `.pgpass`; signature and token parameters (`sig=`, `X-Amz-Signature=`) are names that say secret;
-- tokens with a known prefix (`prefixes.py`), kept as a table;
+- tokens with a known prefix (`prefixes.py`), kept as a table, and tokens shaped like one
+  (a short prefix, then 28+ characters of random upper case, lower case and digits);
 - private keys of every armour (`armour.py`);
 - values laid out over lines (`lines.py`): tables, split rows, wrapped values; a value alone
   under its label line is a name that says secret (`assign.py`);

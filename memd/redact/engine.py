@@ -9,7 +9,7 @@ import re
 import threading
 from collections import OrderedDict
 
-from memd.redact import assign, flags, prefixes, urls
+from memd.redact import assign, flags, personal, prefixes, urls
 from memd.redact.armour import RULES as ARMOUR_RULES
 from memd.redact.armour import redact_armour
 from memd.redact.base import Rule
@@ -24,10 +24,14 @@ _LONG_RUN = re.compile(r"[a-z0-9_.:/~+=%-]{16}")
 _RULES: list[tuple[frozenset[str], bool, Rule]] = [
     (frozenset(), True, prefixes.redact_prefixed),
     (frozenset({"q~"}), True, prefixes.redact_azure_secret),
+    (frozenset({"-us"}), True, prefixes.redact_mailchimp),
+    (frozenset({"access_token$", ".atlasv1."}), True, prefixes.redact_split_prefix),
+    (frozenset(), True, prefixes.redact_shaped),
     *((frozenset(needles), long, rule) for needles, long, rule in urls.RULES),
     (frozenset(flags.COMMANDS), False, flags.redact_clients),
     *((frozenset(FRAGMENTS), False, rule) for rule in flags.RULES),
     *((frozenset(needles), False, rule) for needles, rule in assign.RULES),
+    *((frozenset(needles), False, rule) for needles, rule in personal.RULES),
     (frozenset({"|"}), False, redact_tables),
 ]
 _COMMANDS = frozenset(flags.COMMANDS)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 
 from memd.redact.base import MARK, Rule, regex_rule
-from memd.redact.values import high_entropy
+from memd.redact.values import classes, high_entropy, random_token
 
 
 def _credential_json(body: str) -> bool:
@@ -75,7 +75,7 @@ TABLE: list[tuple[str, str, Check | None]] = [
     (r"dapi", r"[a-f0-9]{32}(?:-\d)?", None),
     (r"sbp_", r"[a-f0-9]{32,}", None),
     (r"pscale_(?:tkn|pw|oauth)_", r"[A-Za-z0-9_.-]{32,}", None),
-    (r"dp\.(?:pt|st|ct|sa|scim|audit)\.", r"[A-Za-z0-9]{40,}", None),
+    (r"dp\.(?:pt|st|ct|sa|scim|audit)\.(?:[a-z0-9_-]{1,30}\.)?", r"[A-Za-z0-9]{40,}", None),
     (r"fm[12]_", r"[A-Za-z0-9_+/=-]{40,}", None),  # Fly.io
     (r"fo1_", _ANY + "{40,}", None),
     (r"rnd_", r"[A-Za-z0-9]{32,}", None),
@@ -106,6 +106,25 @@ TABLE: list[tuple[str, str, Check | None]] = [
     (r"gl(?:sa|c)_", r"[A-Za-z0-9_+/=]{32,}", None),  # Grafana
     (r"phx_", r"[A-Za-z0-9]{40,}", None),
     (r"figd_", _ANY + "{40,}", None),
+    (r"NR[A-Z]{2}-", r"[A-Za-z0-9]{20,}", None),  # New Relic
+    (r"pul-", r"[a-f0-9]{40,}", None),  # Pulumi
+    (r"pat[A-Za-z0-9]{14}\.", r"[a-f0-9]{64}", None),  # Airtable
+    (r"oauth:", r"[a-z0-9]{30}", high_entropy),  # Twitch
+    (r"ATBB", r"[A-Za-z0-9_=.-]{28,}", None),  # Bitbucket app password
+    (r"pat-(?:na|eu|ap)\d-", r"[a-f0-9]{8}(?:-[a-f0-9]{4}){3}-[a-f0-9]{12}", None),  # HubSpot
+    (r"tskey-(?:auth|api|client|scim|webhook)-", r"[A-Za-z0-9-]{20,}", None),  # Tailscale
+    (r"AKCp", r"[A-Za-z0-9]{60,}", None),  # JFrog
+    (r"pcsk_", r"[A-Za-z0-9_]{40,}", None),  # Pinecone
+    (r"fw_", r"[A-Za-z0-9]{20,}", high_entropy),  # Fireworks
+    (r"sk_", r"[a-f0-9]{48}", None),  # ElevenLabs
+    (
+        r"access-(?:sandbox|development|production)-",
+        r"[a-f0-9]{8}(?:-[a-f0-9]{4}){3}-[a-f0-9]{12}",
+        None,
+    ),
+    (r"secret_", r"[A-Za-z0-9]{40,}", high_entropy),  # Notion's older keys
+    (r"HRKU-", _ANY + "{40,}", None),  # Heroku
+    (r"v1\.0-", r"[a-f0-9]{24,}-[a-f0-9]{40,}", None),  # Cloudflare Origin CA
     (r"bot\d{6,12}:", r"AA" + _ANY + "{30,}", None),  # Telegram, in the API URL
     (r"\d{6,12}:", r"AA" + _ANY + "{30,}", None),
     # keys with a format of their own; DER private keys in base64 without PEM armour, by the
@@ -172,6 +191,43 @@ def redact_prefixed(text: str) -> tuple[str, int]:
     out.append(text[pos:])
     return "".join(out), count
 
+
+# A token shaped like a provider's, whatever the provider: a short prefix of one to three
+# words ending in `_`, `-`, `.` or `:` (`re_`, `tskey-auth-`, `dp.st.prd.`), then 28 or more
+# characters that mix upper case, lower case and digits at random. Provider formats come and go
+# faster than any table; an identifier or a hash is rarely all three cases at random, and the
+# hashes that are (npm's `sha512-` integrity) are named.
+_SHAPED = re.compile(
+    r"(?<![A-Za-z0-9_.$/+=-])(?P<p>(?:[A-Za-z][A-Za-z0-9]{1,11}[_.:-]){1,3})"
+    r"(?P<v>[A-Za-z0-9][A-Za-z0-9_-]{27,})(?![A-Za-z0-9_.+/=-])"
+)
+_HASH_NAMES = frozenset({"sha1", "sha224", "sha256", "sha384", "sha512", "md5", "blake2b", "sri"})
+
+
+def _shaped(m: re.Match[str]) -> str | None:
+    body = m.group("v")
+    first = re.split(r"[_.:-]", m.group("p"), maxsplit=1)[0].lower()
+    if first in _HASH_NAMES or MARK in body or classes(body.replace("-", "").replace("_", "")) < 3:
+        return None
+    if not random_token(body):
+        return None
+    return m.group("p") + MARK
+
+
+redact_shaped: Rule = regex_rule(_SHAPED, _shaped)
+
+
+# Tokens whose prefix holds a character no token scan starts over (`$`), or whose prefix is
+# itself random: PayPal's access token, Terraform Cloud's (`<14>.atlasv1.<body>`).
+_SPLIT_PREFIX = re.compile(
+    r"(?<![\w.$-])(?P<p>access_token\$(?:production|sandbox)\$[a-z0-9]{16}\$|[A-Za-z0-9]{14}\.atlasv1\.)"
+    r"(?P<v>[A-Za-z0-9_-]{30,})(?![\w-])"
+)
+redact_split_prefix: Rule = regex_rule(_SPLIT_PREFIX, lambda m: m.group("p") + MARK)
+
+# Mailchimp's key: 32 hex digits and the data centre (`-us12`).
+_MAILCHIMP = re.compile(r"(?<![\w-])(?P<v>[a-f0-9]{32})(?P<dc>-us\d{1,2})(?![\w-])")
+redact_mailchimp: Rule = regex_rule(_MAILCHIMP, lambda m: MARK + m.group("dc"))
 
 # An Azure AD client secret carries its mark inside: three characters, a digit, `Q~`, 31-34 more.
 _AZURE_SECRET = re.compile(r"(?<![\w~.-])(?P<v>[\w~.-]{3}\dQ~[\w~.-]{31,34})(?![\w~.-])")
