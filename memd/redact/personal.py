@@ -68,7 +68,7 @@ _SEED = re.compile(
     r"(?P<v>[a-z]{3,8}(?:[ \t]+[a-z]{3,8}){11,23})(?![A-Za-z])"
 )
 _PIN = re.compile(
-    r"(?i)(?<![A-Za-z0-9])(?:pin|pin[ \t]code|passcode|cvv2?|cvc2?|csc)"
+    r"(?i)(?<![A-Za-z0-9])(?:(?:pin|pin[ \t]code|passcode)(?=[ \t]{0,3}[:=#iw])|cvv2?|cvc2?|csc)"
     r"(?P<gap>[ \t]{1,3}(?:is|was)[ \t]{1,3}|[ \t]{0,2}[:=#][ \t]{0,3}|[ \t])(?P<v>\d{3,8})(?![\d.,/-])"
 )
 _CARD = re.compile(r"(?<![\d-])(?P<v>[3-6](?:[ -]?\d){12,18})(?![\d-])")
