@@ -673,7 +673,9 @@ def test_reindexing_an_appended_log_redacts_and_counts_only_what_is_new(
 
     blocks: list[str] = []
     real = redact_module._redact_block
-    monkeypatch.setattr(redact_module, "_redact_block", lambda b: (blocks.append(b), real(b))[1])
+    monkeypatch.setattr(
+        redact_module, "_redact_block", lambda b, *rest: (blocks.append(b), real(b, *rest))[1]
+    )
     embedder = CountingEmbedder()
     index = Index(config.index_dir / "append.sqlite")
     index.open()

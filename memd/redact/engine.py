@@ -52,11 +52,12 @@ _MEMO_BLOCKS = 50_000
 _MEMO_LOCK = threading.Lock()
 
 
-def _redact_block(block: str) -> tuple[str, int]:
+def _redact_block(block: str, needles: tuple[str, ...] = _NEEDLES) -> tuple[str, int]:
     """Apply each rule whose needles the block holds; its needles are looked for once, as
-    redaction only removes text."""
+    redaction only removes text. ``needles``: those worth looking for (the ones the whole
+    text holds: each needle looked for costs every block, and a note holds few of them)."""
     lower = block.lower()
-    present = {n for n in _NEEDLES if n in lower}
+    present = {n for n in needles if n in lower}
     if "-" in lower or "/" in lower:  # no client takes a password without either
         present.update(n for n in _COMMANDS if n in lower)
     long_run = _LONG_RUN.search(lower) is not None
@@ -74,6 +75,8 @@ def _redact_block(block: str) -> tuple[str, int]:
 def _redact_blocks(text: str) -> tuple[str, int]:
     out: list[str] = []
     total = 0
+    lower = text.lower()
+    needles = tuple(n for n in _NEEDLES if n in lower)
     for m in _BLOCK.finditer(text):
         block = m.group(0)
         if not block:
@@ -85,7 +88,7 @@ def _redact_blocks(text: str) -> tuple[str, int]:
             if known:
                 _MEMO.move_to_end(key)
         if not known:
-            done = _redact_block(block)
+            done = _redact_block(block, needles)
             hit = done if done[1] else None
             with _MEMO_LOCK:
                 _MEMO[key] = hit

@@ -27,7 +27,8 @@ _FOREIGN = re.compile(
     r"[\"'`「『“]?(?P<val>[^\s\"'`「」『』“”、，,;]{8,})"
 )
 _DATE_LIKE = re.compile(r"[0-9T:./+-]+")  # "Passwort geändert am: 2026-12-01T10:00"
-FOREIGN_NEEDLES = tuple(w.lower() for w in _FOREIGN_WORDS)
+# English "password" is the other rules' business; here it is Italian ("la password è").
+FOREIGN_NEEDLES = (*(w.lower() for w in _FOREIGN_WORDS if w != "password"), "password è")
 
 
 def _foreign(m: re.Match[str]) -> str | None:
@@ -92,7 +93,7 @@ def _card(m: re.Match[str]) -> str | None:
 RULES: list[tuple[tuple[str, ...], Rule]] = [
     (FOREIGN_NEEDLES, regex_rule(_FOREIGN, _foreign)),
     (("recovery", "backup", "2fa", "mfa", "one-time", "emergency"), regex_rule(_CODES, _codes)),
-    (("phrase", "mnemonic", "seed words"), regex_rule(_SEED, keep_prefix(lambda v: True))),
+    (("phrase", "mnemonic", "seed"), regex_rule(_SEED, keep_prefix(lambda v: True))),
     (("pin", "passcode", "cvv", "cvc", "csc"), regex_rule(_PIN, keep_prefix(lambda v: True))),
-    (("card", "visa", "mastercard", "amex", "credit", "debit"), regex_rule(_CARD, _card)),
+    (("card", "visa", "amex", "credit", "debit"), regex_rule(_CARD, _card)),
 ]
