@@ -52,12 +52,12 @@ _MEMO_BLOCKS = 50_000
 _MEMO_LOCK = threading.Lock()
 
 
-def _redact_block(block: str, needles: tuple[str, ...] = _NEEDLES) -> tuple[str, int]:
+def _redact_block(block: str, looked_for: tuple[str, ...] = _NEEDLES) -> tuple[str, int]:
     """Apply each rule whose needles the block holds; its needles are looked for once, as
-    redaction only removes text. ``needles``: those worth looking for (the ones the whole
+    redaction only removes text. ``looked_for``: the needles worth looking for (the ones the whole
     text holds: each needle looked for costs every block, and a note holds few of them)."""
     lower = block.lower()
-    present = {n for n in needles if n in lower}
+    present = {n for n in looked_for if n in lower}
     if "-" in lower or "/" in lower:  # no client takes a password without either
         present.update(n for n in _COMMANDS if n in lower)
     long_run = _LONG_RUN.search(lower) is not None
