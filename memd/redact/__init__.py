@@ -14,7 +14,8 @@ Secrets are found by family, not by vendor:
 - credentials in URLs and connection strings (`urls.py`): userinfo, a token as the user,
   `.pgpass`; signature and token parameters (`sig=`, `X-Amz-Signature=`) are names that say secret;
 - tokens with a known prefix (`prefixes.py`), kept as a table, and tokens shaped like one
-  (a short prefix, then 28+ characters of random upper case, lower case and digits);
+  (a short prefix, then 28+ characters of random upper case, lower case and digits), or with
+  no prefix from 32 characters (a name's humps, hashes and public keys and addresses kept);
 - private keys of every armour (`armour.py`);
 - values laid out over lines (`lines.py`): tables, split rows, wrapped values; a value alone
   under its label line is a name that says secret (`assign.py`);
@@ -29,7 +30,8 @@ Choices (tested in tests/test_redact.py and tests/test_redact_corpus.py):
 - Loose prefixes (`sk-`, `hf_`, `pa-`, `s.`) and hinting names need a high-entropy value: length
   >= 20, Shannon entropy >= 3.5 bits/char, and two character classes (a hyphenated slug is not).
 - Prose "is" statements ("my password is strong") are redacted only when the value looks like a
-  password: >= 8 chars with a digit or a symbol ("my password is hunter2!" is redacted).
+  password: >= 8 chars with a digit or a symbol ("my password is hunter2!" is redacted); so
+  are their other turns ("was changed to", "->", "(...)", "pw Hunter22!").
 - `key: value` with an unquoted value is redacted only when the value ends the line or looks like
   a password, so Markdown such as "Token: the unit a model reads" stays intact.
 - Code is left alone: `token_count = 5`, `password_field = ...`, `password = get_password()`,

@@ -240,21 +240,27 @@ _BASIC = re.compile(
 )
 
 # Prose: "my password is hunter2!", "the signing key is <random>".
+# ... and its other turns: "was changed to ...", "is now ...", "token -> ...", "password →
+# ...", "the API token (...) expires", "pw Hunter22!".
 _CONTEXT = re.compile(
-    r"(?<![A-Za-z0-9_])(?P<word>(?i:pass(?:word|phrase)|passwd|pwd|secret|token|key))s?"
-    r"(?P<gap>(?:[ \t]{1,3}(?i:is|was)(?![A-Za-z]))?[ \t]{0,3}(?:[:=][ \t]{0,3})?[\"'`]?)"
+    r"(?<![A-Za-z0-9_])(?P<word>(?i:pass(?:word|phrase)?|passwd|pwd|pw|secret|token|key))s?"
+    r"(?P<gap>(?:[ \t]{1,3}(?i:is|was|are|has[ \t]been)"
+    r"(?:[ \t]{1,3}(?i:now|still|set|changed|reset|updated))?(?:[ \t]{1,3}(?i:to))?(?![A-Za-z]))?"
+    r"[ \t]{0,3}(?:(?:[:=(]|->|=>|→)[ \t]{0,3})?[\"'`]?)"
     r"(?P<val>[A-Za-z0-9+/_.=~!@#$%^&*-]{8,})"
 )
 
 
 def _context(m: re.Match[str]) -> str | None:
     val = m.group("val").rstrip(".")
-    if not re.search(r"[ \t:=]", m.group("gap")) or marked(m, "val"):
+    if not re.search(r"[ \t:=(>→]", m.group("gap")) or marked(m, "val"):
         return None
     if is_code(val):
         return None
     word = m.group("word").lower()
-    is_password = word.startswith("pass") or word == "pwd"
+    is_password = word.startswith("pass") or word in ("pwd", "pw")
+    if word in ("pass", "pw") and not (any(c.isalpha() for c in val) and _DIGIT.search(val)):
+        return None  # "pass 2024-01-01", "pw ********": a word and a value, but not one
     if not (random_token(val) or is_password and password_like(val)):
         return None
     whole, start = m.group(0), m.start()
@@ -293,6 +299,9 @@ def _phrase(text: str) -> tuple[str, int]:
     return "".join(out) + text[done:], count
 
 
+_DIGIT = re.compile(r"[0-9]")
+
+
 def _has_digit_or_random(v: str) -> bool:
     return any(c.isdigit() for c in v) or high_entropy(v)
 
@@ -314,5 +323,5 @@ RULES: list[tuple[tuple[str, ...], Rule]] = [
     (FRAGMENTS, regex_rule(_LABEL_LINE, _label_line)),
     (FRAGMENTS, regex_rule(_ASSIGN, _assignment)),
     (FRAGMENTS, _phrase),
-    (("pass", "pwd", "secret", "token", "key"), regex_rule(_CONTEXT, _context)),
+    (("pass", "pwd", "pw", "secret", "token", "key"), regex_rule(_CONTEXT, _context)),
 ]

@@ -27,6 +27,7 @@ _RULES: list[tuple[frozenset[str], bool, Rule]] = [
     (frozenset({"-us"}), True, prefixes.redact_mailchimp),
     (frozenset({"access_token$", ".atlasv1."}), True, prefixes.redact_split_prefix),
     (frozenset(), True, prefixes.redact_shaped),
+    (frozenset(), True, prefixes.redact_bare),
     *((frozenset(needles), long, rule) for needles, long, rule in urls.RULES),
     (frozenset(flags.COMMANDS), False, flags.redact_clients),
     *((frozenset(FRAGMENTS), False, rule) for rule in flags.RULES),

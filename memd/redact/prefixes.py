@@ -216,6 +216,34 @@ def _shaped(m: re.Match[str]) -> str | None:
 
 redact_shaped: Rule = regex_rule(_SHAPED, _shaped)
 
+# The same body with no prefix at all ("use this one: ...", "ANTHROPIC ..."), from 32
+# characters: a word of text that mixes cases and digits at random is a credential far more
+# often than anything else a note holds. Not inside a URL or an assignment (other rules read
+# those), and not the public things of that shape: Bitcoin addresses, IPFS CIDs, and base64 of
+# key material whose secret forms the table knows (an SSH public key's `AAAA...`, DER's `MI...`
+# of a certificate or public key: a private one is redacted by its own row first).
+_BARE = re.compile(
+    r"(?<![A-Za-z0-9_.$/+=:#?&%@~-])(?P<v>[A-Za-z0-9][A-Za-z0-9_-]{31,})(?![\w.+/=-])"
+)
+_BASE58 = "[1-9A-HJ-NP-Za-km-z]"
+_PUBLIC = re.compile(rf"[13]{_BASE58}{{25,34}}|Qm{_BASE58}{{44}}|AAAA[\w-]*|M[A-I][\w-]*")
+
+
+# Humps of a name (`get`, `User`, `Settings`): most of an identifier, a few letters of a token.
+_HUMP = re.compile(r"[A-Z]?[a-z]{2,}")
+
+
+def _bare(m: re.Match[str]) -> str | None:
+    body = m.group("v")
+    if _PUBLIC.fullmatch(body) or classes(body.replace("-", "").replace("_", "")) < 3:
+        return None
+    if sum(len(h) for h in _HUMP.findall(body)) >= 0.8 * len(body):
+        return None  # getUserAccountSettingsForIdentifierV2Async
+    return MARK if random_token(body) else None
+
+
+redact_bare: Rule = regex_rule(_BARE, _bare)
+
 
 # Tokens whose prefix holds a character no token scan starts over (`$`), or whose prefix is
 # itself random: PayPal's access token, Terraform Cloud's (`<14>.atlasv1.<body>`).
