@@ -53,17 +53,31 @@ _MEMO_BLOCKS = 50_000
 _MEMO_LOCK = threading.Lock()
 
 
-def _redact_block(block: str, looked_for: tuple[str, ...] = _NEEDLES) -> tuple[str, int]:
+class _Worth:
+    """What is worth looking for in the blocks of one text: the needles (and client commands)
+    the whole text holds, and the rules that any of them, or none, lets run. Each needle
+    looked for costs every block, and a note holds few of them."""
+
+    def __init__(self, lower: str) -> None:
+        self.needles = tuple(n for n in _NEEDLES if n in lower)
+        self.commands = tuple(n for n in _COMMANDS if n in lower)
+        held = set(self.needles) | set(self.commands)
+        self.rules = [r for r in _RULES if not r[0] or not r[0].isdisjoint(held)]
+
+
+_ALL = _Worth("".join(_NEEDLES) + "".join(_COMMANDS))
+
+
+def _redact_block(block: str, worth: _Worth = _ALL) -> tuple[str, int]:
     """Apply each rule whose needles the block holds; its needles are looked for once, as
-    redaction only removes text. ``looked_for``: the needles worth looking for (the ones the whole
-    text holds: each needle looked for costs every block, and a note holds few of them)."""
+    redaction only removes text."""
     lower = block.lower()
-    present = {n for n in looked_for if n in lower}
+    present = {n for n in worth.needles if n in lower}
     if "-" in lower or "/" in lower:  # no client takes a password without either
-        present.update(n for n in _COMMANDS if n in lower)
+        present.update(n for n in worth.commands if n in lower)
     long_run = _LONG_RUN.search(lower) is not None
     original, total = block, 0
-    for needles, long, rule in _RULES:
+    for needles, long, rule in worth.rules:
         if (not needles or not needles.isdisjoint(present)) and (long_run or not long):
             block, n = rule(block)
             total += n
@@ -76,8 +90,7 @@ def _redact_block(block: str, looked_for: tuple[str, ...] = _NEEDLES) -> tuple[s
 def _redact_blocks(text: str) -> tuple[str, int]:
     out: list[str] = []
     total = 0
-    lower = text.lower()
-    needles = tuple(n for n in _NEEDLES if n in lower)
+    worth = _Worth(text.lower())
     for m in _BLOCK.finditer(text):
         block = m.group(0)
         if not block:
@@ -89,7 +102,7 @@ def _redact_blocks(text: str) -> tuple[str, int]:
             if known:
                 _MEMO.move_to_end(key)
         if not known:
-            done = _redact_block(block, needles)
+            done = _redact_block(block, worth)
             hit = done if done[1] else None
             with _MEMO_LOCK:
                 _MEMO[key] = hit
