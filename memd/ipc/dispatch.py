@@ -31,27 +31,27 @@ class Dispatcher:
         try:
             if handler is None:
                 raise UnknownMethod(f"unknown method {request.method!r}")
-            # Every method runs for a caller: the connection's, or one request's override.
-            caller = state.get("caller") or ANONYMOUS
             override = request.params.get("caller")
-            if override is not None:
-                if not isinstance(override, dict) or any(caller_field(k) is None for k in override):
-                    raise BadRequest(
-                        "caller must be a map of agent_id, session_key, chat_type and channel"
-                    )
-            if request.method == "hello":
-                # The identity a connection declares, at the top or in a caller map, holds for
-                # its later requests; one nested anywhere else would be lost: refused.
-                if any(
-                    key != "caller" and isinstance(value, dict) and any(map(caller_field, value))
-                    for key, value in request.params.items()
-                ):
-                    raise BadRequest("identity fields go at the top of hello or in its caller map")
-                caller = state["caller"] = Caller.from_params(request.params)
+            if override is not None and (
+                not isinstance(override, dict) or any(caller_field(k) is None for k in override)
+            ):
+                raise BadRequest(
+                    "caller must be a map of agent_id, session_key, chat_type and channel"
+                )
+            hello = request.method == "hello"
+            if hello and any(
+                key != "caller" and isinstance(value, dict) and any(map(caller_field, value))
+                for key, value in request.params.items()
+            ):
+                raise BadRequest("identity fields go at the top of hello or in its caller map")
+            # Every method runs for a caller: the connection's (what hello declared, at the top
+            # or in its caller map), or that with one request's caller map over it.
+            caller = Caller.from_params(request.params) if hello else state.get("caller")
+            caller = caller or ANONYMOUS
             if override is not None:
                 caller = caller.merged(Caller.from_params(override))
-                if request.method == "hello":
-                    state["caller"] = caller
+            if hello:
+                state["caller"] = caller
             params = {k: v for k, v in request.params.items() if k != "caller"}
             return [RESPONSE, request.msgid, None, handler(params, caller)]
         except MemdError as exc:

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import re
 
-from memd.redact.base import MARK, Rule, keep_prefix, marked, regex_rule, replace_group
+from memd.redact.base import (
+    MARK,
+    Rule,
+    keep_prefix,
+    marked,
+    regex_rule,
+    replace_group,
+    replace_head,
+)
 from memd.redact.names import FRAGMENT_RE, FRAGMENTS, Tier, accepts, looks_secret, tier
 from memd.redact.values import (
     PLACEHOLDER_STARTS,
@@ -259,12 +267,11 @@ def _context(m: re.Match[str]) -> str | None:
         return None
     word = m.group("word").lower()
     is_password = word.startswith("pass") or word in ("pwd", "pw")
-    if word in ("pass", "pw") and not (any(c.isalpha() for c in val) and _DIGIT.search(val)):
+    if word in ("pass", "pw") and not (any(c.isalpha() for c in val) and _has_digit(val)):
         return None  # "pass 2024-01-01", "pw ********": a word and a value, but not one
     if not (random_token(val) or is_password and password_like(val)):
         return None
-    whole, start = m.group(0), m.start()
-    return whole[: m.start("val") - start] + MARK + m.group("val")[len(val) :]
+    return replace_head(m, "val", len(val))
 
 
 # A label of a few words before its colon, the word that says secret not last, or a remark in
@@ -299,11 +306,12 @@ def _phrase(text: str) -> tuple[str, int]:
     return "".join(out) + text[done:], count
 
 
-_DIGIT = re.compile(r"[0-9]")
+def _has_digit(v: str) -> bool:
+    return any(c.isdigit() for c in v)
 
 
 def _has_digit_or_random(v: str) -> bool:
-    return any(c.isdigit() for c in v) or high_entropy(v)
+    return _has_digit(v) or high_entropy(v)
 
 
 # (needles, rule) in the order they run: whole-line passwords before single words.

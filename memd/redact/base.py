@@ -46,6 +46,13 @@ def replace_group(m: re.Match[str], group: str) -> str:
     return whole[: m.start(group) - start] + MARK + whole[m.end(group) - start :]
 
 
+def replace_head(m: re.Match[str], group: str, length: int) -> str:
+    """The match's text with the first ``length`` characters of ``group`` replaced by MARK:
+    a value whose trailing punctuation (a full stop) stays."""
+    whole, cut = m.group(0), m.start(group) - m.start()
+    return whole[:cut] + MARK + whole[cut + length :]
+
+
 def keep_prefix(check: Callable[[str], bool], group: str = "v") -> Replace:
     """A replacement that redacts `group` when `check` accepts it and it is not marked yet."""
 

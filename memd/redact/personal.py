@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from memd.redact.base import MARK, Rule, keep_prefix, marked, regex_rule
+from memd.redact.base import MARK, Rule, keep_prefix, marked, regex_rule, replace_head
 from memd.redact.values import is_code, password_like
 
 # "Password" in the languages notes are written in, then a colon or the language's "is":
@@ -37,8 +37,7 @@ def _foreign(m: re.Match[str]) -> str | None:
         return None
     if m.group("word").lower() == "password" and "è" not in m.group("gap"):
         return None  # English is the other rules' (code such as `password = getpass()`)
-    whole, start = m.group(0), m.start()
-    return whole[: m.start("val") - start] + MARK + m.group("val")[len(val) :]
+    return replace_head(m, "val", len(val))
 
 
 # Recovery and backup codes, which come as a list: "the 2FA recovery codes are 8d2f-91ac,
@@ -55,9 +54,8 @@ def _codes(m: re.Match[str]) -> str | None:
     items = _CODE.findall(m.group("list"))
     if not all(any(c.isdigit() for c in item) for item in items) or marked(m, "list"):
         return None  # prose after the label: "Backup codes: print them and keep them safe"
-    listed = _CODE.sub(lambda c: MARK if c.group(0).lower() != "and" else "and", m.group("list"))
     whole, start = m.group(0), m.start()
-    return whole[: m.start("list") - start] + listed
+    return whole[: m.start("list") - start] + _CODE.sub(MARK, m.group("list"))
 
 
 # What opens a wallet or pays: a wallet's seed phrase (12 to 24 words after its label), a PIN,

@@ -204,12 +204,14 @@ _SHAPED = re.compile(
 _HASH_NAMES = frozenset({"sha1", "sha224", "sha256", "sha384", "sha512", "md5", "blake2b", "sri"})
 
 
+def _mixed_at_random(body: str) -> bool:
+    """Upper case, lower case and digits, at random."""
+    return classes(body) >= 3 and random_token(body)
+
+
 def _shaped(m: re.Match[str]) -> str | None:
-    body = m.group("v")
     first = re.split(r"[_.:-]", m.group("p"), maxsplit=1)[0].lower()
-    if first in _HASH_NAMES or MARK in body or classes(body.replace("-", "").replace("_", "")) < 3:
-        return None
-    if not random_token(body):
+    if first in _HASH_NAMES or not _mixed_at_random(m.group("v")):
         return None
     return m.group("p") + MARK
 
@@ -235,11 +237,9 @@ _HUMP = re.compile(r"[A-Z]?[a-z]{2,}")
 
 def _bare(m: re.Match[str]) -> str | None:
     body = m.group("v")
-    if _PUBLIC.fullmatch(body) or classes(body.replace("-", "").replace("_", "")) < 3:
-        return None
-    if sum(len(h) for h in _HUMP.findall(body)) >= 0.8 * len(body):
+    if _PUBLIC.fullmatch(body) or sum(len(h) for h in _HUMP.findall(body)) >= 0.8 * len(body):
         return None  # getUserAccountSettingsForIdentifierV2Async
-    return MARK if random_token(body) else None
+    return MARK if _mixed_at_random(body) else None
 
 
 redact_bare: Rule = regex_rule(_BARE, _bare)
