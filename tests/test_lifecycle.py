@@ -36,15 +36,19 @@ def sock_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def start(sock: Path, *extra: str, umask: int = -1) -> subprocess.Popen[str]:
-    env = dict(os.environ, MEMD_EMBEDDING_PROVIDER="fake", MEMD_SOCKET=str(sock))
+def start(
+    sock: Path, *extra: str, umask: int = -1, session: bool = False, **env: str
+) -> subprocess.Popen[str]:
+    """`memd run` on ``sock`` with the fake embedder unless ``env`` says otherwise; with
+    ``session``, in a session (and process group) of its own, as under a service manager."""
     return subprocess.Popen(
         [sys.executable, "-m", "memd", "--log-level", "info", "run", *extra],
-        env=env,
+        env={**os.environ, "MEMD_EMBEDDING_PROVIDER": "fake", "MEMD_SOCKET": str(sock), **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         umask=umask,
+        start_new_session=session,
     )
 
 
@@ -144,17 +148,8 @@ def memd_with_children(
     (ws / "memory").mkdir(parents=True)
     for day in range(1, 21):
         (ws / "memory" / f"2026-11-{day:02d}.md").write_text(f"Day {day}: the Orion cluster.\n")
-    env = dict(os.environ, MEMD_SOCKET=str(sock), MEMD_EMBEDDING_PROVIDER=embedder)
-    if embedder == "local":
-        env["MEMD_LOCAL_MODEL"] = MODEL
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memd", "--log-level", "info", "run"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    model = {"MEMD_LOCAL_MODEL": MODEL} if embedder == "local" else {}
+    proc = start(sock, session=True, MEMD_EMBEDDING_PROVIDER=embedder, **model)
     try:
         wait_ready(sock, proc)
         with memd_client.connect(sock) as c:
