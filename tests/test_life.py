@@ -84,6 +84,12 @@ def _callers(agent: str) -> dict[str, dict[str, str] | None]:
         "owner-channel-key": {"session_key": f"agent:{agent}:slack:CHANNEL:9"},
         "other-direct": {"agent_id": other, "chat_type": "direct"},
         "other-group": {"agent_id": other, "chat_type": "group"},
+        # Hosts' own spellings of the fields (OpenClaw writes camelCase), and a caller that
+        # names only the channel it speaks from: a chat of a kind it does not say.
+        "owner-dm-camelCase": {"agentId": agent, "chatType": "DM"},
+        "owner-group-camelCase": {"agentId": agent, "chatType": "group"},
+        "owner-group-sessionKey": {"sessionKey": f"agent:{agent}:tg:group:3"},
+        "owner-channel-only": {"agent_id": agent, "channel": "discord"},
     }
 
 
